@@ -1,0 +1,3 @@
+from gptforge.cli import main
+
+raise SystemExit(main())

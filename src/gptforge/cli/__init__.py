@@ -1,0 +1,62 @@
+"""Command-line entry point: argument parsing only; every command is a library function.
+
+Each command module exposes ``register(subparsers, groups)`` and sets ``func`` on its parser;
+``func(args)`` returns the exit status. ``groups`` shares two-word command groups
+(``build apex``, ``data inspect``) between modules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from gptforge import __version__
+from gptforge.errors import GptforgeError, UsageError
+
+COMMAND_MODULES = ("compat", "doctor", "links", "data", "build", "train")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line and exit status 2."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+        sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        raise SystemExit(2)
+
+
+def group(subparsers, groups: dict, name: str, help: str):
+    """The sub-subparsers of a two-word command group, created on first use."""
+    if name not in groups:
+        parser = subparsers.add_parser(name, help=help, description=help)
+        groups[name] = parser.add_subparsers(dest=f"{name}_command", metavar="COMMAND", required=True)
+    return groups[name]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="gptforge",
+        description="Locked GPU environments for GPT pretraining, and the pretraining package that runs in them.",
+    )
+    parser.add_argument("--version", action="version", version=f"gptforge {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=OneLineParser)
+    groups: dict = {}
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"gptforge.cli.{name}").register(subparsers, groups)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except GptforgeError as err:
+        kind = "usage error" if isinstance(err, UsageError) else "error"
+        sys.stderr.write(f"gptforge: {kind}: {err.one_line()}\n")
+        return err.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("gptforge: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0
