@@ -1,0 +1,59 @@
+"""apex, DeepSpeed and TransformerEngine: installed? which version? do their compiled parts load?
+
+Versions come from package metadata; only the modules that must load for training are imported
+(apex's CUDA extensions, transformer_engine.pytorch). DeepSpeed is never imported: its import can
+start JIT builds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+
+APEX_EXTENSIONS = ("amp_C", "fused_layer_norm_cuda", "apex_C")
+TE_DISTRIBUTIONS = ("transformer_engine", "transformer_engine_torch", "transformer_engine_cu12",
+                    "transformer_engine_cu13")
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _try_import(module: str) -> str | None:
+    """None when ``module`` imports, else the error as Python wrote it."""
+    try:
+        importlib.import_module(module)
+    except Exception as err:  # any failure to load is what we report
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def probe_apex() -> dict:
+    installed = importlib.util.find_spec("apex") is not None
+    info = {"installed": installed, "version": _version("apex"), "extensions": {}}
+    if installed:
+        info["extensions"] = {name: {"ok": (err := _try_import(name)) is None, "error": err}
+                              for name in APEX_EXTENSIONS}
+    return info
+
+
+def probe_deepspeed() -> dict:
+    version = _version("deepspeed")
+    installed = version is not None or importlib.util.find_spec("deepspeed") is not None
+    return {"installed": installed, "version": version}
+
+
+def probe_transformer_engine(import_it: bool = True) -> dict:
+    packages = {name: v for name in TE_DISTRIBUTIONS if (v := _version(name)) is not None}
+    installed = bool(packages) or importlib.util.find_spec("transformer_engine") is not None
+    info = {"installed": installed, "version": packages.get("transformer_engine") or next(iter(packages.values()), None),
+            "packages": packages, "import_ok": None, "import_error": None,
+            "fp8_usable": None}  # judged by the doctor from the GPUs present
+    if installed and import_it:
+        info["import_error"] = _try_import("transformer_engine.pytorch")
+        info["import_ok"] = info["import_error"] is None
+    return info
