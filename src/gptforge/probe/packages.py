@@ -11,7 +11,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 
-APEX_EXTENSIONS = ("amp_C", "fused_layer_norm_cuda", "apex_C")
+APEX_EXTENSIONS = ("fused_layer_norm_cuda", "amp_C", "apex_C")
 TE_DISTRIBUTIONS = ("transformer_engine", "transformer_engine_torch", "transformer_engine_cu12",
                     "transformer_engine_cu13")
 
