@@ -1,0 +1,53 @@
+"""gptforge doctor: probe the live machine, judge it with the compatibility rules plus the checks
+only a live machine allows, and report findings with a fix each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gptforge.compat.findings import Finding, Severity, is_ok, report_json
+from gptforge.doctor.checks import live_findings
+from gptforge.probe import probe_machine
+
+_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+@dataclass
+class DoctorReport:
+    machine: dict
+    findings: list[Finding]
+
+    def ok(self, strict: bool = False) -> bool:
+        return is_ok(self.findings, strict)
+
+    def exit_code(self, strict: bool = False) -> int:
+        return 0 if self.ok(strict) else 1
+
+    def to_json(self, strict: bool = False) -> dict:
+        return report_json(self.findings, strict, machine=self.machine)
+
+
+def rule_findings(machine: dict) -> list[Finding]:
+    """The compatibility engine's findings for the combination this machine holds."""
+    from gptforge import compat
+    if not hasattr(compat, "check"):  # TEMPORARY until the engine lands
+        return []
+    from gptforge.doctor.combination import combination_from_machine
+
+    return list(compat.check(combination_from_machine(machine)))
+
+
+def merge(*groups: list[Finding]) -> list[Finding]:
+    """One finding per (code, message), errors first, then warnings, then info."""
+    seen, merged = set(), []
+    for finding in (f for group in groups for f in group):
+        if (finding.code, finding.message) not in seen:
+            seen.add((finding.code, finding.message))
+            merged.append(finding)
+    return sorted(merged, key=lambda f: _ORDER[f.severity])
+
+
+def run_doctor(env: dict | None = None) -> DoctorReport:
+    machine = probe_machine(env)
+    return DoctorReport(machine, merge(rule_findings(machine), live_findings(machine)))

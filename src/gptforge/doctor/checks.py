@@ -1,0 +1,224 @@
+"""What only a live machine shows: findings the doctor adds to the compatibility rules.
+
+Each check takes the probe's plain data and returns findings; codes are stable (see docs/doctor.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+from gptforge.compat.findings import Finding, Severity
+
+E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
+
+
+def _major_minor(version: str | None) -> tuple[int, int] | None:
+    try:
+        major, minor = (version or "").split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return None
+
+
+def _has_gpu(machine: dict) -> bool:
+    return bool(machine["driver"]["gpus"])
+
+
+def _torch_has_cuda(machine: dict) -> bool:
+    return bool(machine["torch"]["cuda"])
+
+
+def check_driver(machine: dict) -> list[Finding]:
+    driver = machine["driver"]
+    if driver["status"] == "error":
+        return [Finding("nvml-error", E, f"the NVIDIA driver is installed but NVML does not answer: {driver['error']}",
+                        "a 'Driver/library version mismatch' means the driver was upgraded without a reboot: "
+                        "reboot (or reload the nvidia kernel modules); otherwise reinstall the driver")]
+    if driver["status"] == "no-driver":
+        return [Finding("no-gpu", I, "no NVIDIA driver found: GPU, driver and FP8 checks skipped; the rest is checked",
+                        "nothing to do on a CPU machine; on a GPU machine install the NVIDIA driver "
+                        "(libnvidia-ml.so.1 must be loadable)")]
+    if not driver["gpus"]:
+        return [Finding("no-gpu", I, f"NVIDIA driver {driver['driver_version']} found but no GPU is visible",
+                        "check CUDA_VISIBLE_DEVICES and the container's GPU access (--gpus all)")]
+    return []
+
+
+def check_torch(machine: dict) -> list[Finding]:
+    torch, gpu = machine["torch"], _has_gpu(machine)
+    if not torch["installed"]:
+        return [Finding("torch-missing", W if gpu else I, "torch is not installed in this Python",
+                        "install the project's locked environment (pixi run setup) or pip install torch")]
+    if torch["error"]:
+        return [Finding("torch-import-failed", E, torch["error"],
+                        "reinstall torch in this environment; an 'undefined symbol' names the library that "
+                        "shadows torch's own (check LD_LIBRARY_PATH)")]
+    if not torch["cuda"]:
+        if gpu:
+            return [Finding("torch-cpu-only", W, f"torch {torch['version']} is a CPU-only build on a machine with a GPU",
+                            "install a CUDA build of torch (pixi run setup picks the environment for this driver)")]
+        return [Finding("torch-cpu-only", I, f"torch {torch['version']} is a CPU-only build", "nothing to do without a GPU")]
+    if gpu and not torch["cuda_available"]:
+        why = f": {torch['cuda_warning']}" if torch["cuda_warning"] else ""
+        return [Finding("torch-cuda-unavailable", E,
+                        f"torch {torch['version']} (CUDA {torch['cuda']}) cannot use the GPU{why}",
+                        "see the driver findings; 'gptforge compat recommend --driver V' names an environment "
+                        "that fits this driver")]
+    return []
+
+
+def _nvcc_fix(machine: dict) -> str:
+    return "install the CUDA toolkit whose major.minor matches torch's CUDA (the locked environment carries it) " \
+           "and point CUDA_HOME at it"
+
+
+def check_nvcc(machine: dict) -> list[Finding]:
+    nvcc, findings = machine["nvcc"], []
+    if nvcc["cuda_home"] is None and nvcc["path"] is None:
+        severity = W if _torch_has_cuda(machine) else I
+        return [Finding("nvcc-missing", severity,
+                        "no nvcc under CUDA_HOME/CUDA_PATH or on PATH: CUDA extensions (apex, DeepSpeed ops, "
+                        "TransformerEngine) cannot be built", _nvcc_fix(machine))]
+    for where, entry in (("CUDA_HOME", nvcc["cuda_home"]), ("PATH", nvcc["path"])):
+        if entry and entry["error"] and os.path.exists(entry["path"]):
+            findings.append(Finding("nvcc-broken", E, f"nvcc from {where} ({entry['path']}) does not run: {entry['error']}",
+                                    "reinstall the CUDA toolkit; check that the file is an executable for this machine"))
+    if nvcc["agree"] is False:
+        home, path = nvcc["cuda_home"], nvcc["path"]
+        findings.append(Finding(
+            "nvcc-path-disagree", W,
+            f"nvcc under the CUDA root is {home['version']} ({home['path']}) but 'nvcc' on PATH is "
+            f"{path['version']} ({path['path']}): builds use the first, your shell the second",
+            f"put {os.path.dirname(home['path'])} first on PATH, or point CUDA_HOME at the toolkit you mean"))
+    return findings
+
+
+def _layout_findings(home: dict) -> list[Finding]:
+    path, findings = home["path"], []
+    if home["lib64"] in (None, "broken symlink") and home["lib"]:
+        findings.append(Finding(
+            "cuda-home-no-lib64", W,
+            f"{path} has lib/ but no lib64 (conda layout): DeepSpeed's async_io/gds ops and older op builders "
+            f"link with -L$CUDA_HOME/lib64 and fail with 'cannot find -lcudart'",
+            f"ln -sfn lib {os.path.join(path, 'lib64')}"))
+    if home["cuda_runtime_h"] is None:
+        findings.append(Finding(
+            "cuda-home-no-headers", W,
+            f"no cuda_runtime.h under {path}/include or {path}/targets/x86_64-linux/include: "
+            "C++ sources that include CUDA headers will not compile",
+            "install the CUDA headers (cuda-cudart-dev / the toolkit) or point CUDA_HOME at a full toolkit"))
+    elif home["headers_only_in_targets"]:
+        findings.append(Finding(
+            "cuda-home-no-headers", W,
+            f"cuda_runtime.h is only in {path}/targets/x86_64-linux/include (conda layout), not in {path}/include: "
+            "tools that add -I$CUDA_HOME/include do not find it",
+            f"export CPATH={path}/targets/x86_64-linux/include${{CPATH:+:$CPATH}}, or link the CUDA headers "
+            f"into {path}/include"))
+    return findings
+
+
+def check_cuda_home(machine: dict) -> list[Finding]:
+    home, nvcc = machine["cuda_home"], machine["nvcc"]
+    if home["path"] is None:
+        return []
+    if not home["exists"]:
+        return [Finding("cuda-home-not-found", E, f"{home['source']}={home['path']} does not exist",
+                        f"unset {home['source']} or point it at a CUDA toolkit (the directory holding bin/nvcc)")]
+    if home["source"] in ("CUDA_HOME", "CUDA_PATH") and nvcc["cuda_home"] and nvcc["cuda_home"]["error"] \
+            and not os.path.exists(nvcc["cuda_home"]["path"]):
+        findings = [Finding("cuda-home-no-nvcc", E, f"{home['source']}={home['path']} has no bin/nvcc",
+                            f"point {home['source']} at a CUDA toolkit, or install nvcc into it")]
+        return findings + _layout_findings(home)
+    root = (nvcc["path"] or {}).get("toolkit_root")
+    if home["source"] == "nvcc on PATH" and root and os.path.realpath(home["path"]) != root:
+        return [Finding(
+            "cuda-home-guess-wrong", W,
+            f"CUDA_HOME is unset, so torch and DeepSpeed guess {home['path']} from {nvcc['path']['path']}, "
+            f"but that nvcc runs from {root}: headers and libraries are looked for in the wrong place",
+            f"export CUDA_HOME={root}")]
+    return _layout_findings(home)
+
+
+def check_libcudart(machine: dict) -> list[Finding]:
+    loaded, torch_cuda = machine["libcudart_loaded"], machine["torch"]["cuda"]
+    findings = []
+    majors = {v[0] for lib in loaded if (v := _major_minor(lib["version"]))}
+    if len({lib["real_path"] for lib in loaded}) > 1:
+        files = ", ".join(f"{lib['real_path']} ({lib['version']})" for lib in loaded)
+        findings.append(Finding(
+            "libcudart-multiple", E if len(majors) > 1 else W,
+            f"more than one CUDA runtime is loaded in this process: {files}",
+            "remove the package that brings the stray runtime (e.g. a transformer_engine_cu12 next to a cu13 "
+            "torch) or take its directory off LD_LIBRARY_PATH"))
+    want = _major_minor(torch_cuda)
+    for lib in loaded:
+        got = _major_minor(lib["version"])
+        if want is None or got is None or got == want:
+            continue
+        older = got[0] != want[0] or got < want
+        findings.append(Finding(
+            "libcudart-version-mismatch", E if older else W,
+            f"torch was built with CUDA {torch_cuda} but the loaded libcudart is {lib['version']} "
+            f"({lib['real_path']})" + (": symbols torch needs may be missing" if older else ""),
+            "make libcudart.so.* resolve to the runtime of torch's CUDA: remove the stray copy or fix the "
+            "link (gptforge links), and check LD_LIBRARY_PATH"))
+    return findings
+
+
+def check_compilers(machine: dict) -> list[Finding]:
+    host = machine["compilers"]["nvcc_host"]
+    if machine["nvcc"]["version"] and host["path"] is None:
+        return [Finding("host-compiler-not-found", W,
+                        f"the host compiler nvcc would run ('{host['command']}', from {host['source']}) is not found",
+                        "install gcc/g++ (e.g. apt-get install build-essential) or set CC/CUDAHOSTCXX to one")]
+    return []
+
+
+def check_apex(machine: dict) -> list[Finding]:
+    apex = machine["apex"]
+    if not apex["installed"]:
+        return []
+    missing = [n for n, e in apex["extensions"].items() if not e["ok"] and e["error"].startswith("ModuleNotFoundError")]
+    broken = {n: e["error"] for n, e in apex["extensions"].items() if not e["ok"] and n not in missing}
+    findings = []
+    if missing:
+        findings.append(Finding(
+            "apex-python-only", E,
+            f"apex is installed without its CUDA extensions (No module named '{missing[0]}'"
+            + (f"; also {', '.join(missing[1:])}" if missing[1:] else "") + ")",
+            "rebuild apex with its extensions: gptforge build apex (or APEX_CPP_EXT=1 APEX_CUDA_EXT=1 "
+            "pip install -v --no-build-isolation <apex source>)"))
+    for name, error in broken.items():
+        findings.append(Finding(
+            "apex-extension-broken", E, f"apex extension {name} is installed but does not load: {error}",
+            "rebuild apex against the torch installed now (an undefined symbol means it was built for another torch)"))
+    return findings
+
+
+def check_deepspeed(machine: dict) -> list[Finding]:
+    if machine["deepspeed"]["installed"] and not machine["nvcc"]["version"]:
+        return [Finding("deepspeed-no-nvcc", W,
+                        f"DeepSpeed {machine['deepspeed']['version']} is installed but there is no nvcc: its ops "
+                        "(FusedAdam, cpu_adam) compile at first use and will fail",
+                        "install the CUDA toolkit matching torch's CUDA and set CUDA_HOME, or prebuild the ops "
+                        "(DS_BUILD_OPS=1)")]
+    return []
+
+
+def check_transformer_engine(machine: dict) -> list[Finding]:
+    te = machine["transformer_engine"]
+    if te["installed"] and te["import_ok"] is False:
+        return [Finding("te-import-failed", E,
+                        f"TransformerEngine {te['version']} is installed but transformer_engine.pytorch does not "
+                        f"import: {te['import_error']}",
+                        "reinstall with pip install --no-build-isolation 'transformer_engine[pytorch]==<same version>' "
+                        "against the torch installed now")]
+    return []
+
+
+CHECKS = (check_driver, check_torch, check_nvcc, check_cuda_home, check_libcudart, check_compilers,
+          check_apex, check_deepspeed, check_transformer_engine)
+
+
+def live_findings(machine: dict) -> list[Finding]:
+    return [finding for check in CHECKS for finding in check(machine)]

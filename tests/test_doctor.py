@@ -1,0 +1,212 @@
+"""`gptforge doctor` on this machine, through the installed entry point, and its rules on probe data."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from conftest import gptforge_executable
+from gptforge.compat.findings import Severity
+from gptforge.doctor.checks import live_findings
+from test_probe import NVCC, TOOLKIT, _real_nvcc_release, conda_like_prefix, needs_cudart, needs_nvcc
+
+SCHEMA = json.loads(resources.files("gptforge").joinpath("schemas/doctor.schema.json").read_text())
+REPO = Path(__file__).resolve().parents[1]
+APEX_SRC = os.environ.get("GPTFORGE_APEX_SRC") or str(REPO / "third_party" / "apex")
+BUILD_VARS = ("CUDA_HOME", "CUDA_PATH", "CC", "CXX", "CUDAHOSTCXX", "NVCC_CCBIN")
+
+
+def doctor(*args: str, unset=BUILD_VARS, **env: str) -> subprocess.CompletedProcess:
+    """Run the installed `gptforge doctor ARGS` with the build variables cleared, then ``env`` set."""
+    full = {k: v for k, v in os.environ.items() if k not in unset}
+    full.update(env)
+    done = subprocess.run([*gptforge_executable(), "doctor", *args], capture_output=True, text=True, env=full,
+                          timeout=300)
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr
+    return done
+
+
+def doctor_json(*args: str, **env: str) -> tuple[subprocess.CompletedProcess, dict]:
+    done = doctor("--json", *args, **env)
+    data = json.loads(done.stdout)
+    Draft202012Validator(SCHEMA).validate(data)
+    return done, data
+
+
+def codes(data: dict, severity: str | None = None) -> set[str]:
+    return {f["code"] for f in data["findings"] if severity is None or f["severity"] == severity}
+
+
+@pytest.fixture(scope="module")
+def here():
+    """doctor --json on this machine as it is (build variables cleared)."""
+    return doctor_json()
+
+
+def test_schema_is_valid_draft_2020_12():
+    Draft202012Validator.check_schema(SCHEMA)
+    assert SCHEMA["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+
+
+def test_json_validates_and_exit_code_follows_ok(here):
+    done, data = here
+    assert done.returncode == (0 if data["ok"] else 1)
+    assert data["ok"] == (not codes(data, "error"))
+
+
+def test_nothing_broken_here_exits_zero(here):
+    done, data = here
+    assert codes(data, "error") == set(), data["findings"]
+    assert done.returncode == 0
+
+
+def test_no_driver_is_reported_and_the_rest_is_checked(here):
+    _, data = here
+    if data["machine"]["driver"]["status"] == "ok":
+        pytest.skip("this machine has an NVIDIA driver")
+    assert "no NVIDIA driver found" in data["machine"]["driver"]["error"]
+    assert "no-gpu" in codes(data, "info")
+    assert data["machine"]["torch"]["installed"] and data["machine"]["compilers"]["gxx"]["version"]
+    text = doctor()
+    assert "no NVIDIA driver found" in text.stdout and text.returncode == 0
+
+
+@needs_nvcc
+def test_nvcc_is_found_and_parsed():
+    _, data = doctor_json(CUDA_HOME=TOOLKIT, PATH=f"{TOOLKIT}/bin:{os.environ['PATH']}")
+    nvcc = data["machine"]["nvcc"]
+    assert nvcc["cuda_home"]["path"] == NVCC
+    assert nvcc["cuda_home"]["version"] == nvcc["version"] == _real_nvcc_release()
+    assert nvcc["agree"] is True
+    assert "nvcc-path-disagree" not in codes(data)
+
+
+@needs_nvcc
+def test_this_machine_has_nvcc_13_0():
+    if _real_nvcc_release() != "13.0":
+        pytest.skip("the toolkit here is not CUDA 13.0")
+    _, data = doctor_json(CUDA_HOME=TOOLKIT)
+    assert data["machine"]["nvcc"]["version"] == "13.0"
+    assert data["machine"]["cuda_home"]["libcudart"]["encoded_version"] == 13000
+
+
+@needs_cudart
+def test_conda_layout_cuda_home_gives_layout_warnings(tmp_path):
+    root = conda_like_prefix(tmp_path / "env", TOOLKIT)
+    done, data = doctor_json(CUDA_HOME=str(root))
+    assert {"cuda-home-no-lib64", "cuda-home-no-headers"} <= codes(data, "warning")
+    fixes = {f["code"]: f["fix"] for f in data["findings"]}
+    assert f"ln -sfn lib {root}/lib64" in fixes["cuda-home-no-lib64"]
+    assert data["machine"]["nvcc"]["cuda_home"]["version"] == _real_nvcc_release()
+    assert done.returncode == 0 and data["ok"] is True
+
+
+@needs_cudart
+def test_strict_fails_on_a_warning(tmp_path):
+    root = conda_like_prefix(tmp_path / "env", TOOLKIT)
+    assert doctor("--json", CUDA_HOME=str(root)).returncode == 0
+    strict = doctor("--json", "--strict", CUDA_HOME=str(root))
+    assert strict.returncode == 1 and json.loads(strict.stdout)["ok"] is False
+    assert doctor("--strict", CUDA_HOME=str(root)).returncode == 1
+
+
+@needs_cudart
+def test_lib64_link_clears_the_warning(tmp_path):
+    root = conda_like_prefix(tmp_path / "env", TOOLKIT)
+    (root / "lib64").symlink_to("lib")
+    _, data = doctor_json(CUDA_HOME=str(root))
+    assert "cuda-home-no-lib64" not in codes(data)
+    assert data["machine"]["cuda_home"]["lib64"] == "symlink"
+
+
+def test_nonexistent_cuda_home_is_an_error_without_traceback(tmp_path):
+    missing = str(tmp_path / "no-such-cuda")
+    done, data = doctor_json(CUDA_HOME=missing)
+    assert "cuda-home-not-found" in codes(data, "error")
+    assert done.returncode == 1
+    text = doctor(CUDA_HOME=missing)
+    assert text.returncode == 1 and "cuda-home-not-found" in text.stdout and missing in text.stdout
+
+
+def test_text_report_has_machine_and_findings_with_fixes(tmp_path):
+    done = doctor(CUDA_HOME=str(tmp_path / "absent"))
+    for word in ("machine", "findings", "nvcc", "torch", "unset CUDA_HOME or point it at a CUDA toolkit"):
+        assert word in done.stdout
+
+
+@pytest.mark.skipif(not (Path(APEX_SRC) / "apex" / "__init__.py").exists(),
+                    reason="apex sources absent (set GPTFORGE_APEX_SRC)")
+def test_python_only_apex_is_an_error():
+    """apex's own Python package without its compiled extensions, as a Python-only install leaves it."""
+    done, data = doctor_json(PYTHONPATH=APEX_SRC)
+    finding = next(f for f in data["findings"] if f["code"] == "apex-python-only")
+    assert "No module named 'fused_layer_norm_cuda'" in finding["message"] and finding["severity"] == "error"
+    assert done.returncode == 1
+
+
+def test_help_explains_exit_status():
+    done = subprocess.run([*gptforge_executable(), "doctor", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "--strict" in done.stdout and "Exit status" in done.stdout
+
+
+# The rules on probe data: this machine's real probe, with one fact changed the way another machine has it.
+
+@pytest.fixture(scope="module")
+def machine(here):
+    return here[1]["machine"]
+
+
+def _gpu_machine(machine: dict, torch_cuda: str, loaded: list[str]) -> dict:
+    m = copy.deepcopy(machine)
+    m["driver"].update(status="ok", driver_version="580.65.06", cuda_version="13.0", error=None,
+                       gpus=[{"index": 0, "name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0",
+                              "memory_total_mib": 81559, "memory_free_mib": 81000}])
+    m["torch"].update(installed=True, version="2.11.0+cu130", cuda=torch_cuda, cuda_available=True, device_count=1)
+    m["libcudart_loaded"] = [{"path": p, "real_path": p, "version": v, "encoded_version": None}
+                             for p, v in (item.split("=") for item in loaded)]
+    return m
+
+
+def _severity(findings, code):
+    return {f.severity for f in findings if f.code == code}
+
+
+def test_rule_loaded_runtime_older_than_torch_is_an_error(machine):
+    m = _gpu_machine(machine, "13.0", ["/env/lib/libcudart.so.12.4=12.4"])
+    assert _severity(live_findings(m), "libcudart-version-mismatch") == {Severity.ERROR}
+
+
+def test_rule_loaded_runtime_newer_minor_is_a_warning(machine):
+    m = _gpu_machine(machine, "13.0", ["/env/lib/libcudart.so.13=13.2"])
+    assert _severity(live_findings(m), "libcudart-version-mismatch") == {Severity.WARNING}
+
+
+def test_rule_matching_runtime_is_quiet(machine):
+    m = _gpu_machine(machine, "13.0", ["/env/lib/libcudart.so.13=13.0"])
+    assert not {f.code for f in live_findings(m)} & {"libcudart-version-mismatch", "libcudart-multiple"}
+
+
+def test_rule_two_runtime_majors_in_one_process_is_an_error(machine):
+    m = _gpu_machine(machine, "13.0", ["/a/libcudart.so.13=13.0", "/b/libcudart.so.12=12.8"])
+    assert _severity(live_findings(m), "libcudart-multiple") == {Severity.ERROR}
+
+
+def test_rule_cpu_torch_on_a_gpu_machine_is_a_warning(machine):
+    m = _gpu_machine(machine, None, [])
+    assert _severity(live_findings(m), "torch-cpu-only") == {Severity.WARNING}
+
+
+def test_rule_nvcc_disagreement(machine):
+    m = copy.deepcopy(machine)
+    entry = {"path": "/opt/cuda-12.4/bin/nvcc", "real_path": "/opt/cuda-12.4/bin/nvcc", "version": "12.4",
+             "toolkit_root": "/opt/cuda-12.4", "host_compiler": "gcc", "error": None}
+    m["nvcc"].update(cuda_home=entry, path={**entry, "path": "/usr/bin/nvcc", "version": "13.0"}, agree=False)
+    finding = next(f for f in live_findings(m) if f.code == "nvcc-path-disagree")
+    assert finding.severity == Severity.WARNING and "12.4" in finding.message and "13.0" in finding.message
