@@ -1,0 +1,75 @@
+"""Which prefix to repair and which CUDA release its libraries must match."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+from gptforge.errors import UsageError
+from gptforge.links.families import Version
+
+
+def resolve_prefix(given: str | None, environ=os.environ) -> str:
+    """--prefix, else the active conda/pixi environment (CONDA_PREFIX, then PIXI_PROJECT_ROOT)."""
+    if given:
+        prefix, flag = given, "--prefix"
+    elif environ.get("CONDA_PREFIX"):
+        prefix, flag = environ["CONDA_PREFIX"], "CONDA_PREFIX"
+    elif environ.get("PIXI_PROJECT_ROOT"):
+        name = environ.get("PIXI_ENVIRONMENT_NAME") or "default"
+        prefix, flag = os.path.join(environ["PIXI_PROJECT_ROOT"], ".pixi", "envs", name), "PIXI_PROJECT_ROOT"
+    else:
+        raise UsageError("--prefix", "no environment given and none is active (CONDA_PREFIX and PIXI_PROJECT_ROOT unset)",
+                         "pass --prefix DIR, or run inside the environment: pixi run gptforge fix-links")
+    if not os.path.isdir(os.path.join(prefix, "lib")):
+        raise UsageError(flag, f"{prefix} is not an environment prefix (it has no lib/ directory)",
+                         "pass the directory that holds the environment's bin/ and lib/")
+    return prefix
+
+
+def parse_cuda(text: str, flag: str = "--cuda") -> Version:
+    m = re.fullmatch(r"\s*(\d+)\.(\d+)(?:\.\d+)*\s*", text or "")
+    if not m:
+        raise UsageError(flag, f"{text!r} is not a CUDA version", "write it as MAJOR.MINOR, e.g. --cuda 12.8")
+    return int(m.group(1)), int(m.group(2))
+
+
+def expected_cuda(given: str | None, prefix: str) -> tuple[Version, str]:
+    """(major, minor) and where it came from: --cuda, the cuda-version record, or torch."""
+    if given:
+        return parse_cuda(given), "--cuda"
+    record = _cuda_version_record(prefix)
+    if record:
+        return record
+    return _torch_cuda(prefix)
+
+
+def _cuda_version_record(prefix: str) -> tuple[Version, str] | None:
+    for path in sorted(glob.glob(os.path.join(prefix, "conda-meta", "cuda-version-*.json"))):
+        try:
+            with open(path, encoding="utf-8") as f:
+                version = json.load(f).get("version", "")
+        except (OSError, ValueError):
+            continue
+        return parse_cuda(version, os.path.basename(path)), f"conda-meta/{os.path.basename(path)}"
+    return None
+
+
+def _torch_cuda(prefix: str) -> tuple[Version, str]:
+    """The CUDA the environment's torch was built with (slow: imports torch in a subprocess)."""
+    python = os.path.join(prefix, "bin", "python")
+    python = python if os.access(python, os.X_OK) else sys.executable
+    try:
+        out = subprocess.run([python, "-c", "import torch; print(torch.version.cuda or '')"],
+                             capture_output=True, text=True, timeout=300)
+        cuda = out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        cuda = ""
+    if not cuda:
+        raise UsageError("--cuda", f"cannot tell which CUDA {prefix} is for: no cuda-version package record and "
+                         "no CUDA build of torch", "pass --cuda MAJOR.MINOR")
+    return parse_cuda(cuda), f"torch.version.cuda ({python})"

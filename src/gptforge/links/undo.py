@@ -1,0 +1,55 @@
+"""``fix-links --undo``: put back every recorded path as it was before the first change."""
+
+from __future__ import annotations
+
+import os
+
+from gptforge.compat.findings import Finding, Severity
+from gptforge.links import scan
+from gptforge.links.apply import problems_before_change, remove_link, replace_link
+from gptforge.links.layout import TMP_MARK, Layout
+from gptforge.links.plan import Step
+from gptforge.links.record import UndoRecord
+
+
+def undo_steps(layout: Layout, record: UndoRecord) -> tuple[list[Step], list[Finding]]:
+    """The changes that restore the recorded states (most recent first), and what blocks any."""
+    steps: list[Step] = []
+    findings: list[Finding] = []
+    for directory in {layout.prefix, layout.lib, layout.target_lib, layout.include}:
+        if os.path.isdir(directory) and not os.path.islink(directory):
+            for name in sorted(os.listdir(directory)):
+                path = os.path.join(directory, name)
+                if name.startswith(TMP_MARK) and os.path.islink(path):
+                    steps.append(Step("remove-tmp", path, None, scan.entry(path), "left by an interrupted run"))
+    for item in reversed(record.entries):
+        path = os.path.join(layout.prefix, item["path"])
+        before, now = item["before"], scan.entry(path)
+        if before["kind"] == "absent" and now.kind == "absent":
+            continue
+        if before["kind"] == "link" and now.kind == "link" and now.target == before["target"]:
+            continue
+        if now.kind not in ("absent", "link"):
+            findings.append(Finding("LINKS_UNDO_CONFLICT", Severity.ERROR,
+                                    f"{item['path']} is now a {now.kind}; not restored",
+                                    "move it aside yourself and rerun --undo"))
+        elif before["kind"] == "absent":
+            steps.append(Step("remove-link", path, None, now, "was absent before fix-links"))
+        else:
+            steps.append(Step("link", path, before["target"], now, "link as it was before fix-links"))
+    return steps, findings
+
+
+def run_undo_steps(layout: Layout, record: UndoRecord, steps: list[Step]) -> list[Finding]:
+    problems = [f for f in problems_before_change(layout, steps, os.path.dirname(layout.undo_path))
+                if f.code != "LINKS_OUTSIDE_PREFIX"]  # restoring a user's own earlier link is allowed
+    if problems:
+        return problems
+    record.save("undoing")
+    for step in steps:
+        if step.action == "link":
+            replace_link(step.path, step.target)
+        else:
+            remove_link(step.path)
+    record.delete()
+    return []
