@@ -1,5 +1,115 @@
-"""CLI for the train commands (placeholder until implemented: registers nothing)."""
+"""CLI for `gptforge train` and `gptforge sample`: argument parsing only."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+TRAIN_HELP = "pretrain a GPT-2 (embedded corpus by default); torchrun / deepspeed / srun launch it on many GPUs"
+TRAIN_EPILOG = """\
+examples:
+  gptforge train                                   # tiny GPT on the embedded corpus, CPU or GPU
+  gptforge train --config gpt2-124m data-path=data/owt_text_document tokenizer-type=gpt2
+  gptforge train --config gpt2-tiny train-iters=500 lr=1e-3 --run-dir runs/try1
+  gptforge train --run-dir runs/try1 --resume      # continue exactly where it stopped
+  torchrun --nproc-per-node 8 -m gptforge train --config gpt2-124m --run-dir runs/124m
+  deepspeed --no_local_rank --module gptforge train --config gpt2-124m --deepspeed zero2.json
+overrides are Megatron-style config keys: key=value (see --list-keys); unknown keys are errors.
+"""
 
 
 def register(subparsers, groups) -> None:
-    pass
+    p = subparsers.add_parser("train", help=TRAIN_HELP, description=TRAIN_HELP, epilog=TRAIN_EPILOG,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. lr=3e-4 train-iters=200")
+    p.add_argument("--config", default="gpt2-tiny", help="packaged config name (gpt2-tiny, gpt2-124m, gpt2-350m, "
+                   "gpt2-774m, gpt2-1.5b) or a .toml path (default: gpt2-tiny)")
+    p.add_argument("--run-dir", type=Path, help="where logs, checkpoints and the plot go "
+                   "(default: runs/CONFIG-TIMESTAMP; runs/CONFIG under a distributed launcher)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in the run "
+                   "directory (default: the newest runs/CONFIG* holding one)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: cuda when present")
+    p.add_argument("--deepspeed", metavar="CONFIG", help="train with the DeepSpeed engine and this JSON config "
+                   "(ZeRO stage, bf16/fp16); launch with the deepspeed launcher")
+    p.add_argument("--json", action="store_true", help="logs to stderr, a JSON summary to stdout")
+    p.add_argument("--list-configs", action="store_true", help="print the packaged configs and exit")
+    p.add_argument("--list-keys", action="store_true", help="print every config key with its default and exit")
+    p.set_defaults(func=run_train)
+
+    s = subparsers.add_parser("sample", help="generate text from a training checkpoint",
+                              description="generate text from a checkpoint (a run directory or one step_* directory)")
+    s.add_argument("--checkpoint", type=Path, required=True, help="run directory, its checkpoints/ or a step_* directory")
+    s.add_argument("--prompt", default="", help="text to continue (default: start of a document)")
+    s.add_argument("--max-new-tokens", type=int, default=200)
+    s.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
+    s.add_argument("--top-k", type=int, default=50, help="0: no top-k filter")
+    s.add_argument("--seed", type=int, default=1234)
+    s.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    s.add_argument("--json", action="store_true", help="print a JSON object instead of the text")
+    s.set_defaults(func=run_sample)
+
+
+def default_run_dir(config_name: str, resume: bool) -> Path:
+    from gptforge.train.checkpoint import latest
+    from gptforge.train.distributed import launched_by_launcher
+
+    stem = Path(config_name).stem
+    if resume:
+        candidates = [d for d in Path("runs").glob(f"{stem}*") if latest(d / "checkpoints") is not None]
+        if candidates:
+            return max(candidates, key=lambda d: latest(d / "checkpoints").stat().st_mtime)
+    if launched_by_launcher():
+        return Path("runs") / stem  # every rank must agree on it without talking
+    return Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def run_train(args) -> int:
+    from rich.console import Console
+
+    from gptforge.train.config import KNOWN_KEYS, default_text, load_config, packaged_configs
+
+    if args.list_configs:
+        print("\n".join(packaged_configs()))
+        return 0
+    if args.list_keys:
+        print("\n".join(f"{key} = {default_text(key)}" for key in KNOWN_KEYS))
+        return 0
+    cfg, path = load_config(args.config, args.overrides)
+    from gptforge.train.loop import RunOptions, train
+
+    run_dir = args.run_dir or default_run_dir(args.config, args.resume)
+    opts = RunOptions(run_dir=run_dir, config_name=Path(args.config).stem, resume=args.resume,
+                      device=args.device, deepspeed=args.deepspeed)
+    console = Console(stderr=args.json, soft_wrap=True)
+    result = train(cfg, opts, console=console)
+
+    if result.metrics is None:
+        return 0
+    if args.json:
+        json.dump({k: (str(v) if isinstance(v, Path) else v) for k, v in vars(result).items()}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    console.print(f"\n[bold green]done[/]: {result.steps} steps, validation loss "
+                  f"{result.first_val_loss if result.first_val_loss is not None else float('nan'):.4f} -> "
+                  f"{result.final_val_loss if result.final_val_loss is not None else float('nan'):.4f}")
+    console.print(f"  metrics (JSONL): {result.metrics}")
+    console.print(f"  TensorBoard:     tensorboard --logdir {result.tensorboard}")
+    console.print(f"  checkpoints:     {result.last_checkpoint}")
+    console.print(f"  loss plot:       {result.plot}")
+    console.print(f"  sample:          gptforge sample --checkpoint {result.run_dir} --prompt 'The'")
+    return 0
+
+
+def run_sample(args) -> int:
+    from gptforge.train.sample import generate
+
+    out = generate(args.checkpoint, args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                   top_k=args.top_k or None, seed=args.seed, device=args.device)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(out["prompt"] + out["completion"])
+    return 0

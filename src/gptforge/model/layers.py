@@ -1,0 +1,64 @@
+"""Layer factories: torch-native by default, apex or TransformerEngine only when installed AND asked for.
+
+A request for an accelerator that is not importable falls back to torch and says so in ``notes``
+(the trainer logs them), so a config written for a GPU box still runs on a laptop.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+from torch import nn
+
+
+def importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except Exception:  # an installed-but-broken extension raises more than ImportError
+        return False
+    return True
+
+
+@dataclass
+class LayerBackend:
+    layer_norm: str = "torch"  # torch | apex | te
+    linear: str = "torch"  # torch | te
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_backend(apex_layernorm: bool = False, transformer_engine: bool = False) -> LayerBackend:
+    backend = LayerBackend()
+    if transformer_engine:
+        if importable("transformer_engine.pytorch"):
+            backend.layer_norm = backend.linear = "te"
+            backend.notes.append("TransformerEngine layers: on")
+        else:
+            backend.notes.append("TransformerEngine asked for but not importable: torch.nn layers")
+    if apex_layernorm and backend.layer_norm == "torch":
+        if importable("apex.normalization"):
+            backend.layer_norm = "apex"
+            backend.notes.append("apex FusedLayerNorm: on")
+        else:
+            backend.notes.append("apex FusedLayerNorm asked for but apex is not importable: torch LayerNorm")
+    return backend
+
+
+def make_layer_norm(backend: LayerBackend, dim: int) -> nn.Module:
+    if backend.layer_norm == "apex":
+        from apex.normalization import FusedLayerNorm
+
+        return FusedLayerNorm(dim)
+    if backend.layer_norm == "te":
+        import transformer_engine.pytorch as te
+
+        return te.LayerNorm(dim)
+    return nn.LayerNorm(dim)
+
+
+def make_linear(backend: LayerBackend, in_features: int, out_features: int) -> nn.Module:
+    if backend.linear == "te":
+        import transformer_engine.pytorch as te
+
+        return te.Linear(in_features, out_features, bias=True)
+    return nn.Linear(in_features, out_features, bias=True)

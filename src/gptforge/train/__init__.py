@@ -1,0 +1,1 @@
+"""Training: configuration, precision, optimizer, checkpoints, metrics, distributed engines, the loop."""

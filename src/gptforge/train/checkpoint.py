@@ -1,0 +1,142 @@
+"""Checkpoints that are either complete or absent.
+
+Layout: ``RUN/checkpoints/step_00000100/`` holding model.pt, optimizer.pt, rng_rank<R>.pt and, written
+last, trainer.pt (step, data position, scheduler, scaler, config, model shape). Every file is written
+into ``.tmp-step_...``, fsynced, and the directory is renamed into place in one os.replace: a process
+killed at any point leaves either the previous checkpoints or the new one, never a half-written
+``step_*``. ``latest`` names the newest; old ones are renamed away before deletion (keep last K).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from gptforge.errors import GptforgeError, UsageError
+from gptforge.train.testhooks import maybe_kill
+
+PREFIX = "step_"
+TRAINER_FILE = "trainer.pt"
+
+
+def step_dir_name(step: int) -> str:
+    return f"{PREFIX}{step:08d}"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_file(obj, path: Path) -> None:
+    with open(path, "wb") as fh:
+        torch.save(obj, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def staging_dir(root: Path, step: int) -> Path:
+    return root / f".tmp-{step_dir_name(step)}"
+
+
+def begin(root: Path, step: int) -> Path:
+    """Rank 0: an empty staging directory for the checkpoint of ``step``."""
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = staging_dir(root, step)
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    return tmp
+
+
+def commit(root: Path, step: int, keep_last: int) -> Path:
+    """Rank 0, after every rank wrote its files: rename into place, point ``latest`` at it, prune."""
+    tmp, final = staging_dir(root, step), root / step_dir_name(step)
+    fsync_dir(tmp)
+    if final.exists():  # the same step saved again after a resume: replace it as a whole
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    fsync_dir(root)
+    latest_tmp = root / f".latest.tmp-{os.getpid()}"
+    latest_tmp.write_text(final.name + "\n")
+    os.replace(latest_tmp, root / "latest")
+    prune(root, keep_last)
+    return final
+
+
+def complete_checkpoints(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and (p / TRAINER_FILE).is_file()]
+    return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
+
+
+def prune(root: Path, keep_last: int) -> None:
+    for old in complete_checkpoints(root)[:-keep_last]:
+        trash = root / f".trash-{old.name}"
+        os.replace(old, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def clean_staging(root: Path) -> None:
+    """Remove what a killed save or prune left behind (never a ``step_*`` directory)."""
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.name.startswith((".tmp-", ".trash-", ".latest.tmp-")):
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def latest(root: Path) -> Path | None:
+    found = complete_checkpoints(root)
+    return found[-1] if found else None
+
+
+def resolve(path: Path) -> Path:
+    """A run directory, its checkpoints/ directory or one step_* directory -> the checkpoint to read."""
+    path = Path(path)
+    if (path / TRAINER_FILE).is_file():
+        return path
+    for root in (path / "checkpoints", path):
+        found = latest(root)
+        if found is not None:
+            return found
+    raise GptforgeError(f"no complete checkpoint under {path}", "point at a run directory that saved one (save-interval)")
+
+
+def read_trainer_state(ckpt: Path) -> dict:
+    try:
+        return torch.load(ckpt / TRAINER_FILE, map_location="cpu", weights_only=False)
+    except Exception as err:
+        raise GptforgeError(f"cannot read {ckpt / TRAINER_FILE}: {err}", "the checkpoint is damaged; resume from an older one") from None
+
+
+def check_shape(state: dict, expected_shape: dict, ckpt: Path) -> None:
+    saved = state["model_shape"]
+    diff = [f"{k}={saved.get(k)} (config: {v})" for k, v in expected_shape.items() if saved.get(k) != v]
+    if diff:
+        raise UsageError("--resume", f"checkpoint {ckpt.name} holds another model shape: {', '.join(diff)}",
+                         "resume with the config it was trained with, or start a new --run-dir")
+
+
+def write_rank_files(tmp: Path, rank: int, rng_state: dict) -> None:
+    save_file(rng_state, tmp / f"rng_rank{rank}.pt")
+
+
+def write_main_files(tmp: Path, step: int, model_state: dict | None, optimizer_state: dict | None, trainer_state: dict) -> None:
+    if model_state is not None:
+        save_file(model_state, tmp / "model.pt")
+    maybe_kill("save", step)
+    if optimizer_state is not None:
+        save_file(optimizer_state, tmp / "optimizer.pt")
+    save_file(trainer_state, tmp / TRAINER_FILE)
+
+
+def load_rank_rng(ckpt: Path, rank: int) -> dict | None:
+    path = ckpt / f"rng_rank{rank}.pt"
+    return torch.load(path, map_location="cpu", weights_only=False) if path.is_file() else None

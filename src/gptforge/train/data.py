@@ -1,0 +1,133 @@
+"""Datasets for the trainer: the embedded default corpus or Megatron .bin/.idx prefixes, and batches.
+
+The batch of a step is a pure function of the data position (samples consumed so far), the rank and
+the micro-step, so a resumed run reads exactly the samples the uninterrupted run would have read.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gptforge.errors import UsageError
+from gptforge.train.config import TrainConfig
+
+DEFAULT_TOKENIZER = "bytelevel"  # the kind name gptforge.data gives the embedded corpus' BPE
+
+
+@dataclass
+class TokenizerSpec:
+    kind: str
+    tokenizer_dir: str = ""
+    vocab_file: str = ""
+    merge_file: str = ""
+
+    def load(self, base: Path | None = None):
+        from gptforge.data.tokenizer import load_tokenizer
+
+        def where(p: str):
+            return None if not p else str((base / p) if base and not Path(p).is_absolute() else p)
+
+        return load_tokenizer(self.kind, tokenizer_dir=where(self.tokenizer_dir),
+                              vocab_file=where(self.vocab_file), merge_file=where(self.merge_file))
+
+    def copy_into(self, run_dir: Path) -> "TokenizerSpec":
+        """The same tokenizer with its files copied under RUN/tokenizer (a run is self-contained)."""
+        dest = run_dir / "tokenizer"
+        dest.mkdir(parents=True, exist_ok=True)
+        copied = TokenizerSpec(self.kind)
+        if self.tokenizer_dir:
+            shutil.copytree(self.tokenizer_dir, dest, dirs_exist_ok=True)
+            copied.tokenizer_dir = "tokenizer"
+        for attr in ("vocab_file", "merge_file"):
+            src = getattr(self, attr)
+            if src:
+                shutil.copy2(src, dest / Path(src).name)
+                setattr(copied, attr, f"tokenizer/{Path(src).name}")
+        return copied
+
+
+@dataclass
+class DataSetup:
+    train: object
+    valid: object
+    tokenizer: TokenizerSpec
+    vocab_size: int
+    description: str
+    extra: dict = field(default_factory=dict)
+
+
+def prefixes_and_weights(cfg: TrainConfig) -> tuple[list[str], list[float] | None]:
+    if len(cfg.data_path) <= 1:
+        return list(cfg.data_path), None
+    weights = [float(w) for w in cfg.data_path[0::2]]
+    return list(cfg.data_path[1::2]), weights
+
+
+def check_data_paths(cfg: TrainConfig) -> None:
+    """Missing prefixes and tokenizer files are usage errors, found before any GPU work."""
+    prefixes, _ = prefixes_and_weights(cfg)
+    for prefix in prefixes:
+        missing = [ext for ext in (".bin", ".idx") if not Path(prefix + ext).is_file()]
+        if missing:
+            raise UsageError("data-path", f"{prefix}{' and '.join(missing)} not found",
+                             "give the prefix of a 'gptforge data prepare' output (PATH without .bin/.idx), "
+                             "or leave data-path empty to use the embedded corpus")
+    if prefixes and cfg.tokenizer_type == "default":
+        raise UsageError("tokenizer-type", "data-path is set but not the tokenizer it was made with",
+                         "set tokenizer-type and tokenizer-dir (or vocab-file and merge-file)")
+    for attr in ("tokenizer_dir", "vocab_file", "merge_file"):
+        value = getattr(cfg, attr)
+        if value and not Path(value).exists():
+            raise UsageError(attr.replace("_", "-"), f"{value} not found", "give an existing path")
+
+
+def prepare_default_corpus(cfg: TrainConfig):
+    from gptforge.data.default_corpus import prepare_default
+
+    return prepare_default(Path(cfg.data_cache_dir) / f"default-{cfg.default_vocab_size}",
+                           vocab_size=cfg.default_vocab_size)
+
+
+def sample_counts(cfg: TrainConfig) -> tuple[int, int, int]:
+    return cfg.train_iters * cfg.global_batch_size, cfg.eval_iters * cfg.global_batch_size, 1
+
+
+def build(cfg: TrainConfig, default_paths=None) -> DataSetup:
+    from gptforge.data.gpt_dataset import build_gpt_datasets
+
+    if cfg.data_path:
+        prefixes, weights = prefixes_and_weights(cfg)
+        spec = TokenizerSpec(cfg.tokenizer_type, cfg.tokenizer_dir, cfg.vocab_file, cfg.merge_file)
+        description = f"data: {' '.join(cfg.data_path)}"
+    else:
+        prefixes, weights = [str(default_paths.prefix)], None
+        spec = TokenizerSpec(DEFAULT_TOKENIZER, tokenizer_dir=str(default_paths.tokenizer_dir))
+        description = f"data: embedded default corpus ({default_paths.prefix})"
+    tokenizer = spec.load()
+    train, valid, _ = build_gpt_datasets(
+        prefixes, weights, split=cfg.split, seq_length=cfg.seq_length, num_samples=sample_counts(cfg),
+        seed=cfg.seed, cache_dir=str(Path(cfg.data_cache_dir) / "index-cache"),
+    )
+    if len(valid) == 0:
+        raise UsageError("split", f"{cfg.split!r} leaves no validation documents", "give the second weight a share, e.g. 949,50,1")
+    return DataSetup(train, valid, spec, tokenizer.vocab_size, description)
+
+
+def batch(dataset, start: int, count: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Samples [start, start+count) as (inputs, labels) on ``device``."""
+    n = len(dataset)
+    rows = np.stack([np.asarray(dataset[(start + i) % n], dtype=np.int64) for i in range(count)])
+    tokens = torch.from_numpy(rows)
+    if device.type == "cuda":
+        tokens = tokens.pin_memory().to(device, non_blocking=True)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def micro_batch_start(consumed: int, micro: int, rank: int, world: int, micro_batch_size: int) -> int:
+    """First sample of micro-step ``micro`` on ``rank``: a global batch is laid out micro-major."""
+    return consumed + (micro * world + rank) * micro_batch_size

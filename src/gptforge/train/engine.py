@@ -1,0 +1,158 @@
+"""The two ways a step is executed: plain torch (one process or DDP) and the DeepSpeed engine.
+
+Both expose the same small interface to the loop: ``micro_step`` (forward + backward of one micro
+batch), ``step`` (optimizer step at the accumulation boundary, returns the grad norm), ``lr``, and the
+checkpoint hooks. Checkpoint directories and the commit protocol belong to train.checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from gptforge.errors import UsageError
+from gptforge.train.config import TrainConfig
+from gptforge.train.optim import build_scheduler, param_groups
+from gptforge.train.precision import Precision
+
+
+class TorchEngine:
+    def __init__(self, model, raw_model, optimizer, cfg: TrainConfig, precision: Precision, accum: int, ddp: bool,
+                 fp8_context=None):
+        self.model, self.raw_model, self.optimizer = model, raw_model, optimizer
+        self.scheduler = build_scheduler(optimizer, cfg)
+        self.precision = precision
+        self.scaler = precision.make_scaler()
+        self.accum, self.ddp = accum, ddp
+        self.clip = cfg.clip_grad
+        self.fp8_context = fp8_context or contextlib.nullcontext
+
+    def micro_step(self, x, y, is_last: bool) -> torch.Tensor:
+        sync = contextlib.nullcontext() if (is_last or not self.ddp) else self.model.no_sync()
+        with sync:
+            with self.precision.autocast(), self.fp8_context():
+                _, loss = self.model(x, y)
+            scaled = loss / self.accum
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+        return loss.detach()
+
+    def step(self) -> torch.Tensor:
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        max_norm = self.clip if self.clip > 0 else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), max_norm)
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm.detach()
+
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def eval_loss(self, x, y) -> torch.Tensor:
+        with self.precision.autocast(), self.fp8_context():
+            return self.model(x, y)[1].detach()
+
+    def train_mode(self, on: bool) -> None:
+        self.model.train(on)
+
+    def state(self) -> tuple[dict, dict, dict]:
+        """(model, optimizer, extra trainer state) to save from rank 0."""
+        extra = {"scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict() if self.scaler else None}
+        return self.raw_model.state_dict(), self.optimizer.state_dict(), extra
+
+    def save_collective(self, tmp: Path) -> None:
+        """Nothing: torch state is gathered on every rank already (DDP replicas)."""
+
+    def load(self, ckpt: Path, trainer_state: dict) -> None:
+        self.raw_model.load_state_dict(torch.load(ckpt / "model.pt", map_location="cpu", weights_only=True))
+        self.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=False))
+        self.scheduler.load_state_dict(trainer_state["scheduler"])
+        if self.scaler and trainer_state.get("scaler"):
+            self.scaler.load_state_dict(trainer_state["scaler"])
+
+
+def read_deepspeed_config(path: str, cfg: TrainConfig, world_size: int) -> dict:
+    """The user's DeepSpeed JSON, checked against the run's batch sizes and completed from the config."""
+    try:
+        ds = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UsageError("--deepspeed", f"{path} not found", "give a DeepSpeed JSON config, e.g. the packaged zero2.json") from None
+    except json.JSONDecodeError as err:
+        raise UsageError("--deepspeed", f"{path} is not valid JSON: {err}", "fix the file") from None
+    accum = cfg.global_batch_size // (cfg.micro_batch_size * world_size)
+    wanted = {"train_micro_batch_size_per_gpu": cfg.micro_batch_size, "gradient_accumulation_steps": accum,
+              "train_batch_size": cfg.global_batch_size}
+    for key, value in wanted.items():
+        if key in ds and ds[key] != "auto" and ds[key] != value:
+            raise UsageError("--deepspeed", f"{key}={ds[key]} in {Path(path).name} disagrees with the run config ({value})",
+                             f"remove {key} from the JSON (it is derived from micro/global batch) or set it to {value}")
+        ds[key] = value
+    ds.setdefault("gradient_clipping", cfg.clip_grad)
+    ds.setdefault("zero_allow_untested_optimizer", True)  # our torch AdamW under ZeRO
+    ds.setdefault("steps_per_print", 10**9)  # the trainer logs; keep DeepSpeed quiet
+    if ds.get("bf16", {}).get("enabled") and ds.get("fp16", {}).get("enabled"):
+        raise UsageError("--deepspeed", "both bf16 and fp16 are enabled", "enable one")
+    return ds
+
+
+class DeepSpeedEngine:
+    def __init__(self, raw_model, optimizer, cfg: TrainConfig, ds_config: dict):
+        import deepspeed
+
+        self.raw_model = raw_model
+        self.ds_config = ds_config
+        client_opt = None if "optimizer" in ds_config else optimizer
+        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=raw_model, optimizer=client_opt,
+            model_parameters=param_groups(raw_model, cfg.weight_decay) if client_opt is None else None,
+            lr_scheduler=lambda opt: build_scheduler(opt, cfg), config=ds_config,
+        )
+        self.zero_stage = ds_config.get("zero_optimization", {}).get("stage", 0)
+        self.precision_name = "bf16" if ds_config.get("bf16", {}).get("enabled") else "fp16" if ds_config.get("fp16", {}).get("enabled") else "fp32"
+
+    def describe(self) -> str:
+        return f"DeepSpeed engine: ZeRO stage {self.zero_stage}, {self.precision_name} (from the DeepSpeed config)"
+
+    def micro_step(self, x, y, is_last: bool) -> torch.Tensor:
+        _, loss = self.engine(x, y)
+        self.engine.backward(loss)
+        if not is_last:
+            self.engine.step()  # not an accumulation boundary: DeepSpeed only counts the micro step
+        return loss.detach().float()
+
+    def step(self) -> torch.Tensor:
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        return torch.tensor(float(norm) if norm is not None else float("nan"))
+
+    def lr(self) -> float:
+        return self.engine.get_lr()[0]
+
+    def eval_loss(self, x, y) -> torch.Tensor:
+        return self.engine(x, y)[1].detach().float()
+
+    def train_mode(self, on: bool) -> None:
+        self.engine.train(on)
+
+    def state(self) -> tuple[dict | None, None, dict]:
+        # model.pt (16-bit weights, for `gptforge sample`) when the weights are whole on each rank
+        model_state = self.engine.module.state_dict() if self.zero_stage < 3 else None
+        return model_state, None, {"scheduler": None, "scaler": None}
+
+    def save_collective(self, tmp: Path) -> None:
+        self.engine.save_checkpoint(str(tmp), tag="deepspeed", save_latest=False)
+
+    def load(self, ckpt: Path, trainer_state: dict) -> None:
+        path, _ = self.engine.load_checkpoint(str(ckpt), tag="deepspeed", load_optimizer_states=True,
+                                              load_lr_scheduler_states=True)
+        if path is None:
+            raise UsageError("--resume", f"{ckpt} has no DeepSpeed state", "resume a DeepSpeed run with --deepspeed, a torch run without")

@@ -1,0 +1,322 @@
+"""The training loop: set up (all checks first), step, evaluate, checkpoint, log; resume exactly."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import resource
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from gptforge.errors import GptforgeError
+from gptforge.model import GPT
+from gptforge.model.layers import LayerBackend, resolve_backend
+from gptforge.train import checkpoint, data as datamod, distributed, rng
+from gptforge.train.config import TrainConfig, validate
+from gptforge.train.engine import DeepSpeedEngine, TorchEngine, read_deepspeed_config
+from gptforge.train.metrics import MetricsLog, plot_losses
+from gptforge.train.optim import build_optimizer
+from gptforge.train.peaks import Peak, lookup, mfu
+from gptforge.train.precision import choose
+from gptforge.train.testhooks import maybe_kill
+from gptforge.train.tomlout import dumps
+
+
+@dataclass
+class RunOptions:
+    run_dir: Path
+    config_name: str = "custom"
+    resume: bool = False
+    device: str = "auto"
+    deepspeed: str | None = None
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    steps: int
+    final_train_loss: float | None = None
+    final_val_loss: float | None = None
+    first_val_loss: float | None = None
+    last_checkpoint: Path | None = None
+    plot: Path | None = None
+    metrics: Path | None = None
+    tensorboard: Path | None = None
+    resumed_from: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class NonFiniteLoss(GptforgeError):
+    pass
+
+
+def fp8_context(cfg: TrainConfig, backend: LayerBackend, device: torch.device):
+    """TransformerEngine's fp8_autocast when asked for, TE is on and the GPU is sm_89 or newer."""
+    if not cfg.fp8:
+        return contextlib.nullcontext, None
+    if backend.linear != "te":
+        return contextlib.nullcontext, "FP8 asked for but TransformerEngine layers are off: bf16/fp16 matmuls"
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
+        return contextlib.nullcontext, "FP8 asked for but needs an sm_89+ GPU: bf16/fp16 matmuls"
+    import transformer_engine.pytorch as te
+    from transformer_engine.common.recipe import DelayedScaling, Format
+
+    recipe = DelayedScaling(fp8_format=Format.HYBRID)
+    return (lambda: te.fp8_autocast(enabled=True, fp8_recipe=recipe)), "FP8 (TransformerEngine, HYBRID E4M3/E5M2): on"
+
+
+def memory_gib(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB -> GiB (peak RSS)
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, opts: RunOptions, data: datamod.DataSetup | None = None, console=None):
+        self.cfg, self.opts, self.data = cfg, opts, data
+        self.run_dir = Path(opts.run_dir)
+        self.ckpt_root = self.run_dir / "checkpoints"
+        from rich.console import Console
+
+        self.console = console or Console(soft_wrap=True)
+        self.notes: list[str] = []
+
+    # ---- checks that need no GPU --------------------------------------------------------------
+    def preflight(self) -> None:
+        cfg, opts = self.cfg, self.opts
+        self.world = distributed.env_world_size()
+        validate(cfg, self.world)
+        self.ds_config = read_deepspeed_config(opts.deepspeed, cfg, self.world) if opts.deepspeed else None
+        if self.data is None:
+            datamod.check_data_paths(cfg)
+        self.resume_ckpt, self.resume_state = None, None
+        if opts.resume:
+            self.resume_ckpt = checkpoint.latest(self.ckpt_root)
+            if self.resume_ckpt is not None:
+                self.resume_state = checkpoint.read_trainer_state(self.resume_ckpt)
+                uses_ds = self.resume_state.get("deepspeed", False)
+                if uses_ds != bool(opts.deepspeed):
+                    from gptforge.errors import UsageError
+
+                    raise UsageError("--resume", f"{self.resume_ckpt.name} was written {'with' if uses_ds else 'without'} DeepSpeed",
+                                     "resume with the same engine (--deepspeed CONFIG or none)")
+
+    # ---- setup -----------------------------------------------------------------------------------
+    def setup(self) -> None:
+        cfg = self.cfg
+        self.env, self.device = distributed.init(self.opts.device, bool(self.ds_config))
+        if not self.env.is_main:
+            from rich.console import Console
+
+            self.console = Console(quiet=True)
+        if self.data is None:
+            self.data = self.load_data()
+        mcfg = cfg.model_config(self.data.vocab_size)
+        if self.resume_state is not None:
+            checkpoint.check_shape(self.resume_state, mcfg.shape(), self.resume_ckpt)
+        if self.device.type == "cuda" and cfg.tf32:
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        rng.seed_all(cfg.seed)
+        backend = resolve_backend(cfg.apex_layernorm, cfg.transformer_engine)
+        self.notes += backend.notes
+        self.model = GPT(mcfg, backend).to(self.device)
+        fp8_ctx, fp8_note = fp8_context(cfg, backend, self.device)
+        if fp8_note:
+            self.notes.append(fp8_note)
+        optimizer, opt_note = build_optimizer(self.model, cfg, self.device)
+        self.accum = cfg.global_batch_size // (cfg.micro_batch_size * self.env.world_size)
+        if self.ds_config is not None:
+            self.engine = DeepSpeedEngine(self.model, optimizer, cfg, self.ds_config)
+            self.notes.append(self.engine.describe())
+            self.notes.append("optimizer: " + ("DeepSpeed's, from its config" if "optimizer" in self.ds_config else opt_note))
+            if cfg.compile:
+                self.notes.append("torch.compile asked for: not applied under DeepSpeed")
+        else:
+            precision = choose(cfg.precision, self.device)
+            self.notes.append(f"precision: {precision.note}")
+            self.notes.append(f"optimizer: {opt_note}")
+            wrapped = self.model
+            if cfg.compile:
+                wrapped = torch.compile(self.model)
+                self.notes.append("torch.compile: on (first steps include compilation)")
+            if self.env.launched:
+                from torch.nn.parallel import DistributedDataParallel as DDP
+
+                wrapped = DDP(wrapped, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+                self.notes.append(f"DDP over {self.env.world_size} processes ({self.env.backend})")
+            self.engine = TorchEngine(wrapped, self.model, optimizer, cfg, precision, self.accum,
+                                      ddp=self.env.launched, fp8_context=fp8_ctx)
+        self.step, self.consumed = 0, 0
+        if self.resume_ckpt is not None:
+            self.engine.load(self.resume_ckpt, self.resume_state)
+            self.step, self.consumed = self.resume_state["step"], self.resume_state["consumed_samples"]
+            saved_rng = checkpoint.load_rank_rng(self.resume_ckpt, self.env.rank)
+            if saved_rng is not None:
+                rng.restore(saved_rng)
+        else:
+            torch.manual_seed(cfg.seed + self.env.rank)  # dropout differs per rank; weights were seeded alike
+        self.peak = lookup(torch.cuda.get_device_name(self.device)) if self.device.type == "cuda" else Peak("CPU", None, "")
+        self.flops_per_token = self.model.flops_per_token(cfg.seq_length)
+        if self.env.is_main:
+            self.prepare_run_dir()
+        distributed.barrier(self.env)
+
+    def load_data(self) -> datamod.DataSetup:
+        default_paths = None
+        if not self.cfg.data_path:
+            if self.env.local_rank == 0:
+                with self.console.status("preparing the embedded default corpus (cached after the first run)"):
+                    default_paths = datamod.prepare_default_corpus(self.cfg)
+            distributed.barrier(self.env)
+            if self.env.local_rank != 0:
+                default_paths = datamod.prepare_default_corpus(self.cfg)
+        return datamod.build(self.cfg, default_paths)
+
+    def prepare_run_dir(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        checkpoint.clean_staging(self.ckpt_root)
+        header = f"resolved config of this run (from {self.opts.config_name}); rerun with --config this-file"
+        (self.run_dir / "config.toml").write_text(dumps(self.cfg.to_dict(), header))
+        if not (self.run_dir / "tokenizer").exists():
+            self.tokenizer = self.data.tokenizer.copy_into(self.run_dir)
+        else:
+            self.tokenizer = datamod.TokenizerSpec(**self.resume_state["tokenizer"]) if self.resume_state else self.data.tokenizer
+        self.metrics = MetricsLog(self.run_dir, resume_step=self.step)
+
+    # ---- the loop --------------------------------------------------------------------------------
+    def describe(self) -> None:
+        cfg, c = self.cfg, self.console
+        c.print(f"[bold]gptforge train[/] {self.opts.config_name}: {cfg.num_layers} layers, width {cfg.hidden_size}, "
+                f"{cfg.num_attention_heads} heads, seq {cfg.seq_length}, vocab {self.model.cfg.vocab_size} "
+                f"(padded {self.model.cfg.padded_vocab_size}), {self.model.num_params(True) / 1e6:.2f}M parameters")
+        c.print(f"device: {self.device}; batch: global {cfg.global_batch_size} = micro {cfg.micro_batch_size} x "
+                f"accumulation {self.accum} x data-parallel {self.env.world_size}; {self.data.description}")
+        for note in self.notes:
+            c.print(f"  {note}")
+        c.print(f"  {self.peak.describe()}")
+        if self.resume_ckpt is not None:
+            c.print(f"resuming from {self.resume_ckpt} (step {self.step})")
+        elif self.opts.resume:
+            c.print("--resume: no complete checkpoint yet, starting from step 0")
+
+    def evaluate(self) -> float:
+        cfg, env = self.cfg, self.env
+        self.engine.train_mode(False)
+        total = torch.zeros((), device=self.device)
+        batches = cfg.eval_iters * self.accum
+        with torch.no_grad():
+            for i in range(batches):
+                start = datamod.micro_batch_start(0, i, env.rank, env.world_size, cfg.micro_batch_size)
+                x, y = datamod.batch(self.data.valid, start, cfg.micro_batch_size, self.device)
+                total += self.engine.eval_loss(x, y).float()
+        self.engine.train_mode(True)
+        return distributed.mean_across(total / batches, env).item()
+
+    def train_step(self) -> dict:
+        cfg, env = self.cfg, self.env
+        t0 = time.perf_counter()
+        loss_sum = torch.zeros((), device=self.device)
+        for micro in range(self.accum):
+            start = datamod.micro_batch_start(self.consumed, micro, env.rank, env.world_size, cfg.micro_batch_size)
+            x, y = datamod.batch(self.data.train, start, cfg.micro_batch_size, self.device)
+            loss_sum += self.engine.micro_step(x, y, is_last=micro == self.accum - 1).float()
+        maybe_kill("step", self.step + 1)
+        lr = self.engine.lr()
+        norm = self.engine.step()
+        loss = distributed.mean_across(loss_sum / self.accum, env).item()
+        elapsed = time.perf_counter() - t0
+        self.step += 1
+        self.consumed += cfg.global_batch_size
+        if not math.isfinite(loss):
+            last = checkpoint.latest(self.ckpt_root)
+            raise NonFiniteLoss(f"training loss is {loss} at step {self.step}",
+                                "lower lr or raise lr-warmup-iters, check the data; "
+                                + (f"resume from {last.name} with --resume" if last else "no checkpoint was saved yet"))
+        tokens_per_s = cfg.global_batch_size * cfg.seq_length / elapsed
+        util = mfu(self.flops_per_token, tokens_per_s, self.peak, env.world_size)
+        return {"kind": "train", "step": self.step, "loss": loss, "lr": lr, "grad_norm": float(norm),
+                "tokens_per_s": tokens_per_s, "step_ms": elapsed * 1e3, "mfu": util, "mem_gib": memory_gib(self.device)}
+
+    def save(self) -> Path | None:
+        env = self.env
+        if env.is_main:
+            checkpoint.begin(self.ckpt_root, self.step)
+        distributed.barrier(env)
+        tmp = checkpoint.staging_dir(self.ckpt_root, self.step)
+        self.engine.save_collective(tmp)
+        checkpoint.write_rank_files(tmp, env.rank, rng.capture())
+        if env.is_main:
+            model_state, optim_state, extra = self.engine.state()
+            trainer_state = {
+                "step": self.step, "consumed_samples": self.consumed, **extra,
+                "model_shape": self.model.cfg.shape(), "model_config": vars(self.model.cfg).copy(),
+                "config": self.cfg.to_dict(), "tokenizer": vars(self.tokenizer).copy(),
+                "deepspeed": self.ds_config is not None, "world_size": env.world_size,
+            }
+            checkpoint.write_main_files(tmp, self.step, model_state, optim_state, trainer_state)
+        distributed.barrier(env)
+        final = checkpoint.commit(self.ckpt_root, self.step, self.cfg.keep_last) if env.is_main else None
+        distributed.barrier(env)
+        return final
+
+    def log_line(self, r: dict) -> str:
+        util = f"{r['mfu'] * 100:5.1f}% MFU" if r["mfu"] is not None else "MFU n/a"
+        return (f"step {r['step']:>6}/{self.cfg.train_iters} | loss {r['loss']:.4f} | lr {r['lr']:.2e} | "
+                f"norm {r['grad_norm']:.3f} | {r['tokens_per_s']:,.0f} tok/s | {r['step_ms']:.0f} ms | {util} | "
+                f"mem {r['mem_gib']:.2f} GiB")
+
+    def run(self) -> RunResult:
+        self.preflight()
+        self.setup()
+        try:
+            return self.loop()
+        finally:
+            if self.env.is_main:
+                self.metrics.close()
+            distributed.shutdown(self.env)
+
+    def loop(self) -> RunResult:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        cfg, main = self.cfg, self.env.is_main
+        self.describe()
+        result = RunResult(self.run_dir, cfg.train_iters, resumed_from=self.step, notes=self.notes)
+        if self.step == 0:
+            result.first_val_loss = self.evaluate()
+            if main:
+                self.metrics.write({"kind": "eval", "step": 0, "loss": result.first_val_loss})
+                self.console.print(f"validation loss before training: {result.first_val_loss:.4f}")
+        progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                            TextColumn("{task.fields[info]}"), console=self.console,
+                            disable=not (main and self.console.is_terminal), transient=True)
+        with progress:
+            task = progress.add_task("train", total=cfg.train_iters, completed=self.step, info="")
+            while self.step < cfg.train_iters:
+                record = self.train_step()
+                result.final_train_loss = record["loss"]
+                if main:
+                    self.metrics.write(record)
+                    progress.update(task, completed=self.step, info=f"loss {record['loss']:.4f}")
+                    if self.step % cfg.log_interval == 0 or self.step == 1:
+                        self.console.print(self.log_line(record))
+                if self.step % cfg.eval_interval == 0 or self.step == cfg.train_iters:
+                    result.final_val_loss = self.evaluate()
+                    if main:
+                        self.metrics.write({"kind": "eval", "step": self.step, "loss": result.final_val_loss})
+                        self.console.print(f"step {self.step:>6}/{cfg.train_iters} | validation loss {result.final_val_loss:.4f}")
+                if self.step % cfg.save_interval == 0 or self.step == cfg.train_iters:
+                    result.last_checkpoint = self.save()
+        if main:
+            result.metrics = self.metrics.path
+            result.tensorboard = self.run_dir / "tensorboard"
+            result.plot = plot_losses(self.metrics.path, self.run_dir / "loss.png", f"{self.opts.config_name}: loss")
+            result.last_checkpoint = checkpoint.latest(self.ckpt_root)
+        return result
+
+
+def train(cfg: TrainConfig, opts: RunOptions, data: datamod.DataSetup | None = None, console=None) -> RunResult:
+    return Trainer(cfg, opts, data, console).run()

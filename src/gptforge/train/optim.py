@@ -1,0 +1,49 @@
+"""AdamW (torch fused on CUDA, apex FusedAdam when installed and asked for) and the cosine schedule."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from gptforge.model.layers import importable
+from gptforge.train.config import TrainConfig
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Decay matrices (incl. the tied embedding), never biases or LayerNorm gains."""
+    decay, no_decay = [], []
+    for param in model.parameters():
+        if param.requires_grad:
+            (decay if param.dim() >= 2 else no_decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> tuple[torch.optim.Optimizer, str]:
+    groups = param_groups(model, cfg.weight_decay)
+    betas = (cfg.adam_beta1, cfg.adam_beta2)
+    note = ""
+    if cfg.apex_fused_adam:
+        if device.type == "cuda" and importable("apex.optimizers"):
+            from apex.optimizers import FusedAdam
+
+            return FusedAdam(groups, lr=cfg.lr, betas=betas, eps=cfg.adam_eps, adam_w_mode=True), "apex FusedAdam"
+        note = "apex FusedAdam asked for but not usable here (needs apex and a GPU); "
+    fused = device.type == "cuda"
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, eps=cfg.adam_eps, fused=fused)
+    return opt, note + ("torch AdamW (fused CUDA kernel)" if fused else "torch AdamW (foreach, CPU)")
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup to lr, cosine decay to min-lr at lr-decay-iters, then flat (nanoGPT's schedule)."""
+    warmup, decay = cfg.warmup_iters(), cfg.decay_iters()
+    if step < warmup:
+        return cfg.lr * (step + 1) / (warmup + 1)
+    if step >= decay:
+        return cfg.min_lr
+    progress = (step - warmup) / max(1, decay - warmup)
+    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_at(step, cfg) / cfg.lr)
