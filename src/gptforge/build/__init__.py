@@ -1,0 +1,1 @@
+"""Native builds: apex, DeepSpeed ops (and the dataset helpers), checked, cached and verified."""

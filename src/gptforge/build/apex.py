@@ -1,0 +1,219 @@
+"""`gptforge build apex`: plan, preflight, build once into the shared wheel cache, install, verify."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from packaging.version import Version
+
+from gptforge.build import jobs
+from gptforge.build.cache import WheelCache, cache_key
+from gptforge.build.flags import CORE_FLAGS, PipFlags, select_flags
+from gptforge.build.pins import apex_pin
+from gptforge.build.runner import run_logged
+from gptforge.build.source import ApexSource, clone, local_source
+from gptforge.build.toolchain import Toolchain
+from gptforge.errors import GptforgeError, UsageError
+
+PINNED_ENV_TO_FLAG = {"APEX_CPP_EXT": "--cpp_ext", "APEX_CUDA_EXT": "--cuda_ext"}
+
+
+@dataclass
+class ApexRequest:
+    src: Path | None = None
+    ref: str | None = None
+    arch: str | None = None
+    jobs: int | None = None
+    cache_root: Path | None = None
+    force: bool = False
+    all_contrib: bool = False
+
+
+@dataclass
+class ApexPlan:
+    source: str  # "--src /path" or "git <repo> @ <commit>"
+    source_id: str  # commit, or sha256 of a non-git tree
+    commit: str | None
+    arch_list: str
+    arch_origin: str
+    setup_flags: tuple[str, ...]
+    flag_style: str
+    pip_version: str
+    parallelism: jobs.Parallelism
+    env: dict[str, str]  # variables gptforge sets for the build (on top of the caller's environment)
+    pip_command: list[str]
+    cache_dir: str
+    cache_key: str
+    key_inputs: dict
+    expected_extensions: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["parallelism"] = asdict(self.parallelism)
+        return data
+
+
+def pip_version() -> Version:
+    return Version(importlib.metadata.version("pip"))
+
+
+def resolve_source(req: ApexRequest, cache_root: Path) -> tuple[ApexSource | None, str, str, str | None]:
+    """(source if already on disk, description, source id, commit). A git source is fetched at build time."""
+    if req.src is not None:
+        src = local_source(req.src)
+        return src, f"--src {src.path}", src.source_id, src.commit
+    commit = req.ref or apex_pin()["commit"]
+    checkout = cache_root / "src" / f"apex-{commit}"
+    existing = None
+    if (checkout / "setup.py").is_file():
+        existing = local_source(checkout)
+    return existing, f"git {apex_pin()['repo']} @ {commit}", commit, commit
+
+
+def choose_arch_list(req: ApexRequest, tc: Toolchain, *, allow_suffix: bool) -> tuple[str, str]:
+    from gptforge import compat
+
+    if req.arch:
+        return normalise_arch_list(req.arch, allow_suffix), "--arch"
+    if not tc.ccs:
+        raise UsageError("--arch", "no GPU is visible, so there is nothing to target by default",
+                         "pass the compute capabilities of the GPUs that will run it, e.g. --arch 9.0 (H100) or --arch '8.0;9.0'")
+    arch = compat.arch_list_for(list(tc.ccs), tc.nvcc_version, allow_suffix=allow_suffix)
+    if not arch:
+        raise UsageError("--arch", f"nvcc {tc.nvcc_version} cannot target the GPUs present ({', '.join(tc.ccs)})",
+                         "install a CUDA toolkit that supports them (see `gptforge compat`)")
+    return arch, f"GPUs present ({', '.join(tc.ccs)}) ∩ nvcc {tc.nvcc_version}"
+
+
+def normalise_arch_list(text: str, allow_suffix: bool) -> str:
+    """'9.0, 8.0' -> '8.0;9.0'; validates each entry; drops 'a'/'f' suffixes when the consumer can't parse them."""
+    items = []
+    for raw in text.replace(",", ";").replace(" ", ";").split(";"):
+        if not raw:
+            continue
+        base, _, ptx = raw.partition("+")
+        major, dot, rest = base.partition(".")
+        minor = rest.rstrip("af")
+        if not (major.isdigit() and dot and minor.isdigit() and ptx in ("", "PTX")):
+            raise UsageError("--arch", f"{raw!r} is not a compute capability", "write them like 8.0;9.0 (or 9.0a, 8.6+PTX)")
+        items.append(raw if allow_suffix else f"{major}.{minor}{'+' + ptx if ptx else ''}")
+    if not items:
+        raise UsageError("--arch", "the arch list is empty", "e.g. --arch 9.0")
+    return ";".join(sorted(dict.fromkeys(items), key=lambda s: (float(s.rstrip("+PTX").rstrip("af")), s)))
+
+
+def plan_apex(req: ApexRequest, tc: Toolchain) -> tuple[ApexPlan, ApexSource | None]:
+    pin = apex_pin()
+    cache_root = (req.cache_root or _default_root()).expanduser().resolve()
+    src, desc, source_id, commit = resolve_source(req, cache_root)
+    env_to_flag = src.env_to_flag if src else (PINNED_ENV_TO_FLAG if pin["reads_env_flags"] and commit == pin["commit"] else None)
+    parallel_ok = src.parallel_build if src else (pin["parallel_build"] and commit == pin["commit"])
+    arch, arch_origin = choose_arch_list(req, tc, allow_suffix=True)
+    pip_v = pip_version()
+    flags = select_flags(CORE_FLAGS, env_to_flag, pip_v)
+    notes = []
+    if req.all_contrib:
+        if flags.style != "env":
+            raise UsageError("--all-contrib", "this apex predates APEX_ALL_CONTRIB_EXT", "use a newer --ref, or the pinned commit")
+        flags = PipFlags({**flags.env, "APEX_ALL_CONTRIB_EXT": "1"}, flags.pip_args, flags.style)
+    expected = list(pin["core_extensions"]) if (source_id == pin["commit"] or commit is None) and not req.all_contrib else []
+    cores, free_gib = jobs.machine_capacity()
+    budget = req.jobs or jobs.budget(cores, free_gib)
+    n_ext = (len(expected) or len(pin["core_extensions"])) if parallel_ok else 1
+    par = jobs.plan_parallelism(budget, n_ext, len(arch.split(";")))
+    env = {**flags.env, "TORCH_CUDA_ARCH_LIST": arch, "MAX_JOBS": str(par.max_jobs)}
+    if parallel_ok:
+        env["APEX_PARALLEL_BUILD"] = str(par.extensions)
+    else:
+        notes.append("this apex builds its extensions one after another (no APEX_PARALLEL_BUILD)")
+    if par.nvcc_threads > 1:
+        env["NVCC_APPEND_FLAGS"] = f"{os.environ.get('NVCC_APPEND_FLAGS', '')} --threads {par.nvcc_threads}".strip()
+    if tc.cuda_home:
+        env["CUDA_HOME"] = tc.cuda_home
+    if os.environ.get("TORCH_CUDA_ARCH_LIST") and not req.arch and os.environ["TORCH_CUDA_ARCH_LIST"] != arch:
+        notes.append(f"TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']} from the environment is replaced; pass --arch to choose")
+    key_inputs = {
+        "package": "apex", "source": source_id, "torch": tc.torch_version, "torch_cuda": tc.torch_cuda,
+        "python": tc.python_tag, "arch_list": arch, "flags": sorted(CORE_FLAGS) + (["all_contrib"] if req.all_contrib else []),
+    }
+    key = cache_key(key_inputs)
+    pip_cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-cache-dir",
+               "--disable-pip-version-check", *flags.pip_args, "-w", "<workdir>/dist", "<workdir>/apex"]
+    plan = ApexPlan(desc, source_id, commit, arch, arch_origin, CORE_FLAGS, flags.style, str(pip_v), par, env, pip_cmd,
+                    str(cache_root / "apex"), key, key_inputs, expected, notes)
+    return plan, src
+
+
+def _default_root() -> Path:
+    from gptforge.build.cache import default_cache_root
+
+    return default_cache_root()
+
+
+def build_wheel(plan: ApexPlan, src: ApexSource | None, workdir: Path, log: Path, quiet: bool) -> Path:
+    """Compile apex in ``workdir`` (a private copy of the source, so a shared --src stays clean)."""
+    if src is None:  # git: fetch the commit now, only because the cache missed
+        src = clone(apex_pin()["repo"], plan.commit, Path(plan.cache_dir).parent / "src" / f"apex-{plan.commit}")
+    tree = workdir / "apex"
+    shutil.copytree(src.path, tree, ignore=shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__"))
+    dist = workdir / "dist"
+    cmd = [a.replace("<workdir>", str(workdir)) for a in plan.pip_command]
+    env = {**os.environ, **plan.env, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    run_logged(cmd, env=env, cwd=tree, log=log, title="building apex", expected=len(plan.expected_extensions) or None,
+               quiet=quiet)
+    wheels = sorted(dist.glob("apex-*.whl"))
+    if not wheels:
+        raise GptforgeError("pip reported success but wrote no apex wheel", f"see {log}")
+    return wheels[0]
+
+
+def install_wheel(wheel: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall",
+                          "--disable-pip-version-check", "-q", str(wheel)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise GptforgeError(f"installing {wheel.name} failed: {out.stderr.strip().splitlines()[-1:]}",
+                            f"try: {sys.executable} -m pip install --force-reinstall {wheel}")
+
+
+def build_and_install(plan: ApexPlan, src: ApexSource | None, *, force: bool, quiet: bool) -> dict:
+    cache = WheelCache(Path(plan.cache_dir).parent, "apex")
+    log = cache.log_path(plan.cache_key)
+    announce = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
+    announce(f"apex: cache key {plan.cache_key} in {cache.dir}; build log (when it builds): {log}")
+
+    def on_wait(lock: Path) -> None:
+        announce(f"apex: another process is building this key (lock {lock}); waiting for its wheel")
+
+    entry = cache.get_or_build(plan.cache_key, plan.key_inputs, lambda work: build_wheel(plan, src, work, log, quiet),
+                               force=force, log=log, on_wait=on_wait)
+    announce(f"apex: {'built' if entry.built_here else 'cached'} wheel {entry.wheel}")
+    install_wheel(entry.wheel)
+    return {"wheel": str(entry.wheel), "built": entry.built_here, "entry": str(entry.path),
+            "build_seconds": entry.meta.get("build_seconds"), "log": str(entry.path / "build.log")}
+
+
+def plan_text(plan: ApexPlan) -> str:
+    lines = [
+        f"source:        {plan.source}",
+        f"commit:        {plan.commit or '(not a git checkout) ' + plan.source_id}",
+        f"arch list:     {plan.arch_list}   ({plan.arch_origin})",
+        f"jobs:          budget {plan.parallelism.budget}: APEX_PARALLEL_BUILD={plan.parallelism.extensions} x "
+        f"MAX_JOBS={plan.parallelism.max_jobs}, nvcc --threads {plan.parallelism.nvcc_threads}",
+        f"flags:         {' '.join(plan.setup_flags)} via {plan.flag_style} (pip {plan.pip_version})",
+        "env:           " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items())),
+        "command:       " + " ".join(shlex.quote(a) for a in plan.pip_command),
+        f"cache:         {plan.cache_dir}/{plan.cache_key}",
+        f"cache key of:  {plan.key_inputs}",
+    ]
+    if plan.expected_extensions:
+        lines.append(f"extensions:    {', '.join(plan.expected_extensions)}")
+    lines += [f"note:          {n}" for n in plan.notes]
+    return "\n".join(lines)

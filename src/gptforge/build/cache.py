@@ -1,0 +1,127 @@
+"""A wheel cache several builders (processes, nodes on a shared filesystem) may use at once.
+
+Layout under the cache root::
+
+    <root>/<kind>/<key>/            one finished entry, published by an atomic rename
+        <name>-<ver>-<tags>.whl
+        entry.json                  the key's inputs, build time, the build log's name
+        build.log                   a copy of the log of the build that made it
+    <root>/<kind>/logs/<key>-<utc>-<pid>.log   every build's log, kept when a build fails
+    <root>/<kind>/<key>.lock        filelock: the builder holding it compiles, the others wait
+    <root>/<kind>/.tmp-<key>-<pid>/ work in progress (never read by anyone else)
+
+The key is the SHA-256 of the canonical JSON of its inputs, so the same inputs give the same key on
+every machine and any change of an input gives another key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from filelock import FileLock
+
+from gptforge.errors import GptforgeError
+
+KEY_LENGTH = 20
+
+
+def cache_key(inputs: dict) -> str:
+    canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:KEY_LENGTH]
+
+
+def default_cache_root() -> Path:
+    env = os.environ.get("GPTFORGE_CACHE")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "gptforge" / "wheels"
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: Path
+    wheel: Path
+    meta: dict
+    built_here: bool  # False: found in the cache (possibly after waiting for another builder)
+
+
+class WheelCache:
+    def __init__(self, root: Path, kind: str):
+        self.dir = Path(root) / kind
+
+    def entry_dir(self, key: str) -> Path:
+        return self.dir / key
+
+    def lock_path(self, key: str) -> Path:
+        return self.dir / f"{key}.lock"
+
+    def lookup(self, key: str) -> Entry | None:
+        path = self.entry_dir(key)
+        meta_file = path / "entry.json"
+        if not meta_file.is_file():
+            return None
+        meta = json.loads(meta_file.read_text())
+        wheel = path / meta["wheel"]
+        return Entry(path, wheel, meta, False) if wheel.is_file() else None
+
+    def log_path(self, key: str) -> Path:
+        """Where the build of ``key`` logs (kept after a failure; copied into the entry on success)."""
+        return self.dir / "logs" / f"{key}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}.log"
+
+    def get_or_build(self, key: str, inputs: dict, build: Callable[[Path], Path], *, force: bool = False,
+                     log: Path | None = None, on_wait: Callable[[Path], None] | None = None) -> Entry:
+        """The entry for ``key``; ``build(workdir) -> wheel`` runs at most once across processes sharing the lock."""
+        if not force and (hit := self.lookup(key)):
+            return hit
+        self.dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(self.lock_path(key))
+        try:
+            lock.acquire(timeout=0)
+        except TimeoutError:
+            if on_wait:
+                on_wait(self.lock_path(key))
+            lock.acquire()
+            force = False  # the holder just built it; building again would be the duplicate we avoid
+        try:
+            if not force and (hit := self.lookup(key)):
+                return hit
+            return self._build_and_publish(key, inputs, build, log)
+        finally:
+            lock.release()
+
+    def _build_and_publish(self, key: str, inputs: dict, build: Callable[[Path], Path], log: Path | None) -> Entry:
+        work = self.dir / f".tmp-{key}-{os.getpid()}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        started = time.time()
+        try:
+            wheel = Path(build(work))
+            if not wheel.is_file():
+                raise GptforgeError(f"the build reported {wheel} but wrote no such wheel", "see the build log")
+            stage = work / "entry"
+            stage.mkdir()
+            os.replace(wheel, stage / wheel.name)
+            if log is not None and log.is_file():
+                shutil.copy2(log, stage / "build.log")
+            meta = {"key": key, "inputs": inputs, "wheel": wheel.name, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "build_seconds": round(time.time() - started, 1), "host": os.uname().nodename}
+            tmp_meta = stage / "entry.json.tmp"
+            tmp_meta.write_text(json.dumps(meta, indent=2, sort_keys=True))
+            os.replace(tmp_meta, stage / "entry.json")
+            final = self.entry_dir(key)
+            if final.exists():  # --force over an old entry: move it aside, then swap in
+                old = self.dir / f".old-{key}-{os.getpid()}"
+                os.replace(final, old)
+                shutil.rmtree(old, ignore_errors=True)
+            os.replace(stage, final)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return Entry(final, final / meta["wheel"], meta, True)

@@ -1,0 +1,141 @@
+"""`gptforge build deepspeed-ops`: a DeepSpeed wheel with chosen ops precompiled (DS_BUILD_<OP>=1).
+
+Same preflight, arch logic and wheel cache as apex, with two DeepSpeed specifics: its arch parser
+(``compute_capability_args``) does ``int()`` on the minor, so ``9.0a`` fails with
+``invalid literal for int() with base 10: '0a'`` -- it gets the list without suffixes; and its own
+nvcc/torch minor-version table (compat engine) instead of apex's exact match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import re
+import shlex
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from gptforge.build import jobs
+from gptforge.build.apex import ApexRequest, choose_arch_list, install_wheel
+from gptforge.build.cache import WheelCache, cache_key, default_cache_root
+from gptforge.build.pins import deepspeed_pin
+from gptforge.build.runner import run_logged
+from gptforge.build.toolchain import Toolchain
+from gptforge.errors import GptforgeError, UsageError
+
+SDIST_VERSION = re.compile(r"deepspeed-(\d+\.\d+\.\d+[\w.]*)\.(?:tar\.gz|zip)$")
+
+
+@dataclass
+class DeepSpeedPlan:
+    source: str  # a path (sdist or tree) or a requirement "deepspeed==X" pip fetches
+    version: str | None
+    ops: list[str]
+    arch_list: str
+    arch_origin: str
+    max_jobs: int
+    env: dict[str, str]
+    pip_command: list[str]
+    cache_dir: str
+    cache_key: str
+    key_inputs: dict
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def parse_ops(text: str | None) -> list[str]:
+    known = deepspeed_pin()["ops"]
+    ops = [o.strip() for o in (text or ",".join(deepspeed_pin()["default_ops"])).split(",") if o.strip()]
+    unknown = [o for o in ops if o not in known]
+    if unknown or not ops:
+        raise UsageError("--ops", f"unknown op(s) {', '.join(unknown) or '(none given)'}", f"choose from {', '.join(known)}")
+    return sorted(dict.fromkeys(ops))
+
+
+def installed_version() -> str | None:
+    try:
+        return importlib.metadata.version("deepspeed")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def resolve_source(src: Path | None, version: str | None) -> tuple[str, str | None, str]:
+    """(what pip builds, DeepSpeed version, the cache-key id of the source)."""
+    if src is not None:
+        path = src.expanduser().resolve()
+        if not path.exists():
+            raise UsageError("--src", f"{path} does not exist", "give a DeepSpeed sdist (.tar.gz) or source tree")
+        if path.is_file():
+            m = SDIST_VERSION.search(path.name)
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+            return str(path), (m.group(1) if m else version), f"sdist-sha256:{digest}"
+        ver_file = path / "version.txt"
+        found = ver_file.read_text().strip() if ver_file.is_file() else version
+        from gptforge.build.source import tree_digest
+
+        return str(path), found, f"tree-sha256:{tree_digest(path)}"
+    version = version or installed_version()
+    if version is None:
+        raise UsageError("--version", "no DeepSpeed version to build", "pass --version X.Y.Z, or --src with a DeepSpeed sdist")
+    return f"deepspeed=={version}", version, f"pypi:deepspeed=={version}"
+
+
+def plan_deepspeed(ops: list[str], tc: Toolchain, *, src: Path | None, version: str | None, arch: str | None,
+                   jobs_n: int | None, cache_root: Path | None) -> DeepSpeedPlan:
+    source, ds_version, source_id = resolve_source(src, version)
+    arch_list, origin = choose_arch_list(ApexRequest(arch=arch), tc, allow_suffix=False)
+    cores, free_gib = jobs.machine_capacity()
+    max_jobs = jobs_n or jobs.budget(cores, free_gib)
+    env = {"DS_BUILD_OPS": "0", **{f"DS_BUILD_{op.upper()}": "1" for op in ops},
+           "TORCH_CUDA_ARCH_LIST": arch_list, "MAX_JOBS": str(max_jobs)}
+    if tc.cuda_home:
+        env["CUDA_HOME"] = tc.cuda_home
+    notes = []
+    inherited = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if inherited and inherited != arch_list and not arch:
+        notes.append(f"TORCH_CUDA_ARCH_LIST={inherited} from the environment is replaced by {arch_list} "
+                     "(DeepSpeed cannot parse 'a'/'f' suffixes)")
+    key_inputs = {"package": "deepspeed", "source": source_id, "torch": tc.torch_version, "torch_cuda": tc.torch_cuda,
+                  "python": tc.python_tag, "arch_list": arch_list, "ops": ops}
+    root = (cache_root or default_cache_root()).expanduser().resolve()
+    pip_cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-cache-dir", "--no-build-isolation",
+               "--disable-pip-version-check", "-w", "<workdir>/dist", source]
+    return DeepSpeedPlan(source, ds_version, ops, arch_list, origin, max_jobs, env, pip_cmd, str(root / "deepspeed"),
+                         cache_key(key_inputs), key_inputs, notes)
+
+
+def build_and_install(plan: DeepSpeedPlan, *, force: bool, quiet: bool) -> dict:
+    cache = WheelCache(Path(plan.cache_dir).parent, "deepspeed")
+    log = cache.log_path(plan.cache_key)
+    if not quiet:
+        print(f"deepspeed-ops: cache key {plan.cache_key} in {cache.dir}; build log (when it builds): {log}",
+              file=sys.stderr, flush=True)
+
+    def build(work: Path) -> Path:
+        cmd = [a.replace("<workdir>", str(work)) for a in plan.pip_command]
+        run_logged(cmd, env={**os.environ, **plan.env}, cwd=work, log=log, title=f"building DeepSpeed ops {','.join(plan.ops)}",
+                   expected=len(plan.ops), quiet=quiet)
+        wheels = sorted((work / "dist").glob("deepspeed-*.whl"))
+        if not wheels:
+            raise GptforgeError("pip reported success but wrote no DeepSpeed wheel", f"see {log}")
+        return wheels[0]
+
+    entry = cache.get_or_build(plan.cache_key, plan.key_inputs, build, force=force, log=log)
+    install_wheel(entry.wheel)
+    return {"wheel": str(entry.wheel), "built": entry.built_here, "entry": str(entry.path),
+            "build_seconds": entry.meta.get("build_seconds")}
+
+
+def plan_text(plan: DeepSpeedPlan) -> str:
+    lines = [f"source:     {plan.source} (DeepSpeed {plan.version or '?'})",
+             f"ops:        {', '.join(plan.ops)}",
+             f"arch list:  {plan.arch_list}   ({plan.arch_origin}; no 'a' suffix: DeepSpeed's parser needs X.Y)",
+             "env:        " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(plan.env.items())),
+             "command:    " + " ".join(shlex.quote(a) for a in plan.pip_command),
+             f"cache:      {plan.cache_dir}/{plan.cache_key}",
+             f"cache key of: {plan.key_inputs}"]
+    return "\n".join(lines + [f"note:       {n}" for n in plan.notes])

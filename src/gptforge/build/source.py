@@ -1,0 +1,90 @@
+"""Where apex's source comes from (``--src`` or a git clone of a commit) and what its setup.py supports."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from gptforge.errors import GptforgeError, UsageError
+
+COMMIT_RE = re.compile(r"^[0-9a-f]{7,40}$")
+
+
+@dataclass(frozen=True)
+class ApexSource:
+    path: Path
+    commit: str | None  # git HEAD of the tree; None for a copy that is not a git checkout
+    source_id: str  # the commit, or "sha256:<digest of the tree>" when there is none (cache key input)
+    origin: str  # "src" | "git"
+    env_to_flag: dict[str, str] | None  # setup.py's ENV_TO_FLAG, None on apex that predates it
+    parallel_build: bool  # setup.py reads APEX_PARALLEL_BUILD
+
+
+def read_setup(setup_py: Path) -> tuple[dict[str, str] | None, bool]:
+    """apex's ENV_TO_FLAG table (parsed, not executed: setup.py imports torch) and APEX_PARALLEL_BUILD support."""
+    text = setup_py.read_text()
+    env_to_flag = None
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ENV_TO_FLAG" for t in node.targets):
+            env_to_flag = ast.literal_eval(node.value)
+    return env_to_flag, "APEX_PARALLEL_BUILD" in text
+
+
+SKIP_DIRS = {".git", "build", "dist", "__pycache__"}
+
+
+def tree_digest(root: Path) -> str:
+    """Content digest of a source tree that is not a git checkout (build outputs skipped)."""
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info"))
+        for name in sorted(filenames):
+            path = Path(dirpath, name)
+            digest.update(str(path.relative_to(root)).encode() + b"\0")
+            digest.update(path.read_bytes() if not path.is_symlink() else os.readlink(path).encode())
+    return digest.hexdigest()[:16]
+
+
+def git_commit(path: Path) -> str | None:
+    if not (path / ".git").exists():
+        return None
+    out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def local_source(src: Path) -> ApexSource:
+    src = src.expanduser().resolve()
+    if not (src / "setup.py").is_file() or not (src / "csrc").is_dir():
+        raise UsageError("--src", f"{src} is not an apex source tree (no setup.py and csrc/)",
+                         "point --src at a checkout of https://github.com/NVIDIA/apex")
+    env_to_flag, parallel = read_setup(src / "setup.py")
+    commit = git_commit(src)
+    return ApexSource(src, commit, commit or f"sha256:{tree_digest(src)}", "src", env_to_flag, parallel)
+
+
+def clone(repo: str, commit: str, dest: Path) -> ApexSource:
+    """Fetch exactly ``commit`` into ``dest`` (reused when already there)."""
+    if not COMMIT_RE.match(commit):
+        raise UsageError("--ref", f"{commit!r} is not a commit hash", "give a 7-40 character hex commit")
+    if git_commit(dest) != commit and not (len(commit) < 40 and (git_commit(dest) or "").startswith(commit)):
+        if shutil.which("git") is None:
+            raise GptforgeError("git is not installed", "install git, or pass --src DIR with an apex checkout")
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        steps = [["init", "-q"], ["remote", "add", "origin", repo], ["fetch", "-q", "--depth", "1", "origin", commit],
+                 ["checkout", "-q", "FETCH_HEAD"]]
+        for step in steps:
+            out = subprocess.run(["git", "-C", str(dest), *step], capture_output=True, text=True)
+            if out.returncode != 0:
+                shutil.rmtree(dest, ignore_errors=True)
+                raise GptforgeError(f"git {step[0]} of apex {commit} failed: {out.stderr.strip().splitlines()[-1:]}",
+                                    "on a machine without network pass --src DIR with an apex checkout")
+    env_to_flag, parallel = read_setup(dest / "setup.py")
+    head = git_commit(dest) or commit
+    return ApexSource(dest, head, head, "git", env_to_flag, parallel)

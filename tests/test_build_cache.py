@@ -1,0 +1,105 @@
+"""Wheel-cache key stability and the file lock: concurrent builders compile once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gptforge.build.cache import WheelCache, cache_key
+
+KEY_INPUTS = {"package": "apex", "source": "6424da3b4faa6c8f062da4a48c424fff3f02d42d", "torch": "2.11.0+cu130",
+              "torch_cuda": "13.0", "python": "cp312-cp312-linux_x86_64", "arch_list": "9.0a",
+              "flags": ["--cpp_ext", "--cuda_ext"]}
+values = st.one_of(st.text(max_size=20), st.integers(), st.none(), st.lists(st.text(max_size=5), max_size=3))
+
+
+def test_same_inputs_same_key_in_any_order():
+    assert cache_key(KEY_INPUTS) == cache_key(dict(reversed(list(KEY_INPUTS.items()))))
+    assert cache_key(KEY_INPUTS) == cache_key(json.loads(json.dumps(KEY_INPUTS)))
+
+
+@given(st.sampled_from(sorted(KEY_INPUTS)), values)
+def test_any_input_change_changes_the_key(field, value):
+    changed = {**KEY_INPUTS, field: value}
+    assert (cache_key(changed) == cache_key(KEY_INPUTS)) == (value == KEY_INPUTS[field])
+
+
+def test_each_real_input_matters():
+    for field, other in [("source", "0" * 40), ("torch", "2.11.0+cu128"), ("torch_cuda", "12.8"),
+                         ("python", "cp311-cp311-linux_x86_64"), ("arch_list", "9.0"), ("flags", ["--cpp_ext"])]:
+        assert cache_key({**KEY_INPUTS, field: other}) != cache_key(KEY_INPUTS), field
+
+
+TINY_SETUP = """
+from setuptools import Extension, setup
+setup(name="tinyext", version="0.1", ext_modules=[Extension("tinyext", ["tiny.c"])])
+"""
+TINY_C = """
+#include <Python.h>
+static struct PyModuleDef m = {PyModuleDef_HEAD_INIT, "tinyext", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_tinyext(void) { return PyModule_Create(&m); }
+"""
+BUILDER = """
+import subprocess, sys, time
+from pathlib import Path
+from gptforge.build.cache import WheelCache
+root, project, tag = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+def build(work):
+    (root / f"building-{tag}").write_text("")
+    with open(root / "compiles.txt", "a") as fh:
+        fh.write(tag + "\\n")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "-w", str(work / "dist"), str(project)], check=True)
+    time.sleep(2)  # keep the lock held long enough that the other builder certainly waits
+    return next((work / "dist").glob("tinyext-*.whl"))
+waited = []
+entry = WheelCache(root, "tiny").get_or_build("k" * 20, {"tiny": 1}, build, on_wait=waited.append)
+print(f"{tag} built={entry.built_here} waited={bool(waited)} wheel={entry.wheel.name}")
+"""
+
+
+def test_two_processes_sharing_a_cache_compile_once(tmp_path):
+    project = tmp_path / "tiny"
+    project.mkdir()
+    (project / "setup.py").write_text(TINY_SETUP)
+    (project / "tiny.c").write_text(textwrap.dedent(TINY_C))
+    script = tmp_path / "builder.py"
+    script.write_text(BUILDER)
+    root = tmp_path / "cache"
+    root.mkdir()
+    first = subprocess.Popen([sys.executable, str(script), str(root), str(project), "A"], stdout=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (root / "building-A").exists():  # start B only once A holds the lock and compiles
+        assert time.time() < deadline and first.poll() is None, "builder A never started building"
+        time.sleep(0.05)
+    second = subprocess.Popen([sys.executable, str(script), str(root), str(project), "B"], stdout=subprocess.PIPE, text=True)
+    out_a, _ = first.communicate(timeout=120)
+    out_b, _ = second.communicate(timeout=120)
+    assert first.returncode == 0 and second.returncode == 0
+    assert (root / "compiles.txt").read_text().split() == ["A"]
+    assert "built=True" in out_a
+    assert "built=False waited=True" in out_b
+    entry = WheelCache(root, "tiny").lookup("k" * 20)
+    assert entry is not None and entry.wheel.name.startswith("tinyext-0.1-")
+    assert not list((root / "tiny").glob(".tmp-*")), "work dirs are cleaned up"
+
+
+def test_failed_build_publishes_nothing(tmp_path):
+    cache = WheelCache(tmp_path, "x")
+
+    def broken(work: Path) -> Path:
+        raise RuntimeError("compiler exploded")
+
+    try:
+        cache.get_or_build("f" * 20, {}, broken)
+    except RuntimeError:
+        pass
+    assert cache.lookup("f" * 20) is None
+    assert not [p for p in (tmp_path / "x").iterdir() if p.name.startswith(".tmp-")]
