@@ -1,0 +1,37 @@
+"""What a machine or a what-if question is made of. Every field is optional: unknown = None."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Combination:
+    """Inputs to ``check``. Versions are strings as users paste them (parsed by the rules).
+
+    driver          NVIDIA driver, "580.65.06"
+    ccs             compute capabilities of the GPUs present, ((9, 0),)
+    cuda            the nvcc toolkit that builds extensions, "13.0"
+    torch           torch version, may carry the build tag, "2.11.0+cu130"
+    torch_cuda      CUDA torch was built with ("13.0"); must agree with a +cuXYZ tag
+    torch_arch_list SASS arches the torch build has kernels for, ("sm_90", "sm_100") or ("9.0",)
+    python, gcc, clang, cudnn, nccl   versions
+    apex, deepspeed, transformer_engine   installed version (or commit) of each, None if absent
+    torch_cuda_arch_list_env   the TORCH_CUDA_ARCH_LIST value extension builds will use
+    """
+
+    driver: str | None = None
+    ccs: tuple[tuple[int, int], ...] | None = None
+    cuda: str | None = None
+    torch: str | None = None
+    torch_cuda: str | None = None
+    torch_arch_list: tuple[str, ...] | None = None
+    python: str | None = None
+    gcc: str | None = None
+    clang: str | None = None
+    cudnn: str | None = None
+    nccl: str | None = None
+    apex: str | None = None
+    deepspeed: str | None = None
+    transformer_engine: str | None = None
+    torch_cuda_arch_list_env: str | None = None

@@ -1,0 +1,130 @@
+"""A Combination with every field parsed once, for the rules to read.
+
+Fields that are None stay None (rules skip them); a field that cannot be parsed becomes None
+too, and is reported once as an ``unreadable-version`` warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from packaging.version import Version
+
+from gptforge.compat.arches import CC, Arch, parse_arch, parse_arch_list
+from gptforge.compat.combination import Combination
+from gptforge.compat.facts import Facts, TorchRelease, TorchVariant
+from gptforge.compat.findings import Finding, Severity
+from gptforge.compat.versions import (
+    CudaVersion,
+    DriverVersion,
+    TorchVersion,
+    VersionError,
+    parse_clang,
+    parse_cuda,
+    parse_cudnn,
+    parse_driver,
+    parse_gcc,
+    parse_nccl,
+    parse_python,
+    parse_release,
+    parse_torch,
+)
+
+
+@dataclass
+class Context:
+    combo: Combination
+    facts: Facts
+    driver: DriverVersion | None = None
+    ccs: tuple[CC, ...] = ()
+    nvcc: CudaVersion | None = None
+    torch: TorchVersion | None = None
+    torch_cuda: CudaVersion | None = None
+    torch_release: TorchRelease | None = None
+    torch_variant: TorchVariant | None = None
+    torch_arches: tuple[Arch, ...] | None = None
+    torch_ptx: tuple[Arch, ...] = ()
+    python: Version | None = None
+    gcc: Version | None = None
+    clang: Version | None = None
+    cudnn: Version | None = None
+    nccl: Version | None = None
+    deepspeed: Version | None = None
+    transformer_engine: Version | None = None
+    arch_env: tuple[list[Arch], list[Arch]] | None = None
+    problems: list[Finding] = field(default_factory=list)
+
+    @property
+    def torch_is_cpu(self) -> bool:
+        return bool(self.torch and self.torch.is_cpu)
+
+    def cuda_versions(self) -> list[tuple[str, CudaVersion]]:
+        """(who, version) for torch's CUDA and nvcc, without duplicates."""
+        found: list[tuple[str, CudaVersion]] = []
+        if self.torch_cuda:
+            found.append((f"torch's CUDA {self.torch_cuda}", self.torch_cuda))
+        if self.nvcc and (not self.torch_cuda or self.nvcc.release != self.torch_cuda.release):
+            found.append((f"nvcc {self.nvcc}", self.nvcc))
+        return found
+
+
+def _read(ctx: Context, name: str, value, parser):
+    if value is None:
+        return None
+    try:
+        return parser(value)
+    except VersionError as err:
+        ctx.problems.append(
+            Finding("unreadable-version", Severity.WARNING, f"{name}: {err}; the rules that need it were skipped",
+                    f"give {name} in the documented form (gptforge compat check --help)")
+        )
+        return None
+
+
+def _torch_arches(ctx: Context) -> None:
+    """torch.cuda.get_arch_list() style: 'sm_90' is SASS, 'compute_120' (or '12.0+PTX') is PTX."""
+    listed = ctx.combo.torch_arch_list
+    if listed is not None:
+        sass, ptx = [], []
+        for item in listed:
+            arch = _read(ctx, "torch_arch_list", item.removesuffix("+PTX"), parse_arch)
+            if arch is None:
+                continue
+            is_ptx = item.lower().startswith("compute_")
+            (ptx if is_ptx else sass).append(arch)
+            if item.endswith("+PTX"):
+                ptx.append(arch)
+        ctx.torch_arches, ctx.torch_ptx = tuple(sass), tuple(ptx)
+    elif ctx.torch_variant and ctx.torch_variant.arches is not None:
+        ctx.torch_arches, ctx.torch_ptx = ctx.torch_variant.arches, ctx.torch_variant.ptx
+
+
+def build_context(combo: Combination, facts: Facts) -> Context:
+    ctx = Context(combo, facts)
+    ctx.driver = _read(ctx, "driver", combo.driver, parse_driver)
+    ctx.ccs = tuple(sorted(set(combo.ccs or ())))
+    ctx.nvcc = _read(ctx, "cuda", combo.cuda, parse_cuda)
+    ctx.torch = _read(ctx, "torch", combo.torch, parse_torch)
+    ctx.torch_cuda = _read(ctx, "torch_cuda", combo.torch_cuda, parse_cuda)
+    if ctx.torch and ctx.torch.cuda:
+        if ctx.torch_cuda and ctx.torch_cuda.release != ctx.torch.cuda.release:
+            ctx.problems.append(Finding(
+                "torch-cuda-conflict", Severity.WARNING,
+                f"torch {ctx.torch} is a CUDA {ctx.torch.cuda} build but torch_cuda says {ctx.torch_cuda}; "
+                f"using {ctx.torch.cuda}", "drop one of the two, they must agree"))
+        ctx.torch_cuda = ctx.torch.cuda
+    if ctx.torch:
+        ctx.torch_release = facts.torch_release(ctx.torch.release)
+        if ctx.torch_release and ctx.torch_cuda:
+            ctx.torch_variant = ctx.torch_release.variant(ctx.torch_cuda)
+    _torch_arches(ctx)
+    ctx.python = _read(ctx, "python", combo.python, parse_python)
+    ctx.gcc = _read(ctx, "gcc", combo.gcc, parse_gcc)
+    ctx.clang = _read(ctx, "clang", combo.clang, parse_clang)
+    ctx.cudnn = _read(ctx, "cudnn", combo.cudnn, parse_cudnn)
+    ctx.nccl = _read(ctx, "nccl", combo.nccl, parse_nccl)
+    ctx.deepspeed = _read(ctx, "deepspeed", combo.deepspeed, lambda v: parse_release(v, "DeepSpeed"))
+    ctx.transformer_engine = _read(ctx, "transformer_engine", combo.transformer_engine,
+                                   lambda v: parse_release(v, "TransformerEngine"))
+    ctx.arch_env = _read(ctx, "TORCH_CUDA_ARCH_LIST", combo.torch_cuda_arch_list_env, parse_arch_list)
+    return ctx

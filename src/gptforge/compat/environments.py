@@ -1,0 +1,154 @@
+"""The project's environments (data/environments.toml) and which one fits a machine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+
+from gptforge.compat.arches import CC, parse_arch, runs_on
+from gptforge.compat.combination import Combination
+from gptforge.compat.facts import load_table
+from gptforge.compat.findings import Finding, Severity
+from gptforge.compat.versions import CudaVersion, DriverVersion, parse_cuda, parse_driver
+
+
+@dataclass(frozen=True)
+class Environment:
+    name: str
+    torch: str
+    torch_channel: str
+    python: str
+    gcc: tuple[str, str]
+    why: str
+    source: str
+    cuda: str | None = None
+    cudnn: str | None = None
+    nccl: str | None = None
+    min_driver: str | None = None
+    sm: tuple[str, ...] = ()
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.cuda is not None
+
+    @property
+    def cuda_version(self) -> CudaVersion | None:
+        return parse_cuda(self.cuda) if self.cuda else None
+
+    def covers(self, cc: CC) -> bool:
+        return any(runs_on(parse_arch(a), cc) for a in self.sm)
+
+    def combination(self, driver: str | None = None, ccs: Iterable[CC] | None = None, *,
+                    gcc: str | None = None) -> Combination:
+        """This environment on a machine with ``driver`` and GPUs ``ccs`` (gcc: its newest by default)."""
+        return Combination(
+            driver=driver,
+            ccs=tuple(ccs) if ccs else None,
+            cuda=self.cuda,
+            torch=self.torch if self.is_gpu else f"{self.torch}+cpu",
+            torch_cuda=self.cuda,
+            torch_arch_list=tuple(f"sm_{a.replace('.', '')}" for a in self.sm) if self.is_gpu else None,
+            python=self.python,
+            gcc=gcc or self.gcc[1],
+            cudnn=self.cudnn,
+            nccl=self.nccl,
+        )
+
+
+@cache
+def environments() -> tuple[Environment, ...]:
+    rows = load_table("environments.toml")["environment"]
+    return tuple(
+        Environment(
+            name=row["name"], torch=row["torch"], torch_channel=row["torch_channel"], python=row["python"],
+            gcc=tuple(row["gcc"]), why=" ".join(row["why"].split()), source=row["source"],
+            cuda=row.get("cuda"), cudnn=row.get("cudnn"), nccl=row.get("nccl"),
+            min_driver=row.get("min_driver"), sm=tuple(row.get("sm", ())),
+        )
+        for row in rows
+    )
+
+
+def environment(name: str) -> Environment:
+    for env in environments():
+        if env.name == name:
+            return env
+    raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One environment judged for one machine."""
+
+    environment: Environment
+    fits: bool
+    reasons: tuple[str, ...]  # why not (errors), or what to know (warnings)
+    findings: tuple[Finding, ...]
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    chosen: Environment | None
+    verdicts: tuple[Verdict, ...]
+    reason: str
+
+    @property
+    def ok(self) -> bool:
+        return self.chosen is not None
+
+    def to_json(self) -> dict:
+        return {
+            "ok": self.ok,
+            "environment": self.chosen.name if self.chosen else None,
+            "setup": f"pixi run -e {self.chosen.name} setup" if self.chosen else None,
+            "reason": self.reason,
+            "environments": [
+                {"name": v.environment.name, "cuda": v.environment.cuda, "fits": v.fits, "reasons": list(v.reasons)}
+                for v in self.verdicts
+            ],
+        }
+
+
+def _judge(env: Environment, driver: str | None, ccs: tuple[CC, ...]) -> Verdict:
+    from gptforge.compat.rules import run_rules
+
+    if not env.is_gpu:
+        note = "runs everywhere, on the CPU only" + (" (the GPUs would sit idle)" if ccs else "")
+        return Verdict(env, True, (note,), ())
+    findings = tuple(run_rules(env.combination(driver, ccs), suggest=False))
+    errors = [f.message for f in findings if f.severity is Severity.ERROR]
+    if driver and env.min_driver and parse_driver(driver) < parse_driver(env.min_driver):
+        errors.insert(0, f"needs driver >= {env.min_driver}")
+    warnings = [f.message for f in findings if f.severity is Severity.WARNING]
+    fits = not errors
+    return Verdict(env, fits, tuple(errors if errors else warnings), findings)
+
+
+def _rank(verdict: Verdict) -> tuple:
+    """Prefer no warnings, then the newest CUDA."""
+    has_warning = any(f.severity is Severity.WARNING for f in verdict.findings)
+    cuda = verdict.environment.cuda_version
+    return (has_warning, -(cuda.major * 100 + cuda.minor) if cuda else 0)
+
+
+def recommend(driver: str | DriverVersion | None, ccs: Iterable[CC] = ()) -> Recommendation:
+    """Which of the project's environments fits a machine with this driver and these GPUs, and why."""
+    driver_text = str(driver) if driver is not None else None
+    ccs = tuple(sorted(set(ccs or ())))
+    verdicts = tuple(_judge(env, driver_text, ccs) for env in environments())
+    gpu_fits = sorted((v for v in verdicts if v.fits and v.environment.is_gpu), key=_rank)
+    if gpu_fits:
+        best = gpu_fits[0]
+        why = "; ".join(best.reasons) if best.reasons else "no problem found"
+        return Recommendation(best.environment, verdicts, f"{best.environment.name}: {why}")
+    if driver_text is None and not ccs:
+        cpu = next(v.environment for v in verdicts if not v.environment.is_gpu)
+        return Recommendation(cpu, verdicts, "no NVIDIA driver or GPU given: the cpu environment")
+    why = "; ".join(f"{v.environment.name}: {v.reasons[0]}" for v in verdicts if not v.fits and v.reasons)
+    return Recommendation(None, verdicts, f"no CUDA environment fits ({why}); the cpu environment still runs "
+                                          "without the GPU")
+
+
+def recommend_environment(driver: DriverVersion | str | None, ccs: Iterable[CC]) -> Environment | None:
+    return recommend(driver, ccs).chosen

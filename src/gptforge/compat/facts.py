@@ -1,0 +1,231 @@
+"""The version tables under compat/data/, loaded once into typed lookups.
+
+Facts live in the TOML files (each row with its source URL); this module only reads them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+
+from packaging.version import Version
+
+from gptforge.compat.arches import Arch, parse_arch
+from gptforge.compat.versions import CudaVersion, DriverVersion, parse_cuda, parse_driver
+
+
+def load_table(name: str) -> dict:
+    text = resources.files("gptforge.compat").joinpath("data", name).read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+def _cuda_key(version: CudaVersion) -> tuple[int, int]:
+    return (version.major, version.minor)
+
+
+def _cuda_range(spec: str) -> list[tuple[int, int]]:
+    """'12.0-12.9' -> [(12,0)...(12,9)]; '11.8' -> [(11,8)]."""
+    low, _, high = spec.partition("-")
+    lo, hi = parse_cuda(low), parse_cuda(high or low)
+    return [(lo.major, m) for m in range(lo.minor, hi.minor + 1)]
+
+
+@dataclass(frozen=True)
+class CudaRelease:
+    version: CudaVersion
+    ga_driver: DriverVersion
+    updates: dict[int, DriverVersion]
+    source: str
+
+    def toolkit_driver(self, patch: int | None) -> DriverVersion:
+        """Driver of that exact update (GA when the update is unknown or not given)."""
+        return self.updates.get(patch, self.ga_driver) if patch else self.ga_driver
+
+
+@dataclass(frozen=True)
+class HostCompilers:
+    gcc_min: int | None
+    gcc_max: int | None
+    clang_min: int | None
+    clang_max: int | None
+    source: str
+
+
+@dataclass(frozen=True)
+class TorchVariant:
+    cuda: CudaVersion
+    channel: str
+    arches: tuple[Arch, ...] | None
+    ptx: tuple[Arch, ...]
+    cudnn: Version | None
+    nccl: Version | None
+    python: tuple[Version, Version] | None
+    source: str
+
+
+@dataclass(frozen=True)
+class TorchRelease:
+    release: str
+    python: tuple[Version, Version]
+    cxx: int
+    variants: tuple[TorchVariant, ...]
+    source: str
+
+    def variant(self, cuda: CudaVersion, channel: str | None = None) -> TorchVariant | None:
+        found = [v for v in self.variants if _cuda_key(v.cuda) == _cuda_key(cuda)]
+        if channel:
+            found = [v for v in found if v.channel == channel]
+        pypi = [v for v in found if v.channel == "pypi"]
+        return (pypi or found or [None])[0]
+
+
+@dataclass(frozen=True)
+class CudnnRow:
+    versions: frozenset[str]
+    cuda: frozenset[tuple[int, int]]
+    cc_min: tuple[int, int]
+    cc_max: tuple[int, int]
+    source: str
+
+
+@dataclass
+class Facts:
+    cuda: dict[tuple[int, int], CudaRelease] = field(default_factory=dict)
+    missing_cuda: dict[tuple[int, int], str] = field(default_factory=dict)
+    minor_compat: dict[int, DriverVersion] = field(default_factory=dict)
+    compilers: dict[tuple[int, int], HostCompilers] = field(default_factory=dict)
+    arches: dict[tuple[int, int], tuple[Arch, ...]] = field(default_factory=dict)
+    known_arches: tuple[Arch, ...] = ()
+    renames: dict[Arch, tuple[Arch, tuple[int, int]]] = field(default_factory=dict)
+    torch: dict[str, TorchRelease] = field(default_factory=dict)
+    cxx_gcc_min: dict[int, Version] = field(default_factory=dict)
+    cxx_nvcc_min: dict[int, CudaVersion] = field(default_factory=dict)
+    cudnn: tuple[CudnnRow, ...] = ()
+    extensions: dict = field(default_factory=dict)
+
+    # --- drivers -------------------------------------------------------------------------
+
+    def toolkit_driver(self, cuda: CudaVersion) -> DriverVersion | None:
+        """The driver the toolkit release needs without minor-version compatibility."""
+        release = self.cuda.get(_cuda_key(cuda))
+        return release.toolkit_driver(cuda.patch) if release else None
+
+    def runtime_floor(self, cuda: CudaVersion) -> DriverVersion | None:
+        """Lowest driver that runs code of this CUDA (minor-version compatibility included)."""
+        toolkit = self.toolkit_driver(cuda)
+        floor = self.minor_compat.get(cuda.major)
+        if floor is None:
+            return toolkit
+        return min(floor, toolkit) if toolkit else floor
+
+    def first_cuda_for(self, cc: tuple[int, int]) -> CudaVersion | None:
+        """The oldest known toolkit that can build for this GPU."""
+        for key in sorted(self.arches):
+            if any(a.cc == cc and not a.suffix for a in self.arches[key]):
+                return CudaVersion(*key)
+        return None
+
+    # --- compilers and arches ---------------------------------------------------------------
+
+    def host_compilers(self, cuda: CudaVersion) -> HostCompilers | None:
+        return self.compilers.get(_cuda_key(cuda))
+
+    def targetable(self, cuda: CudaVersion) -> tuple[Arch, ...] | None:
+        return self.arches.get(_cuda_key(cuda))
+
+    def known_cc(self, cc: tuple[int, int]) -> bool:
+        return any(a.cc == cc for a in self.known_arches)
+
+    # --- torch and cuDNN ----------------------------------------------------------------------
+
+    def torch_release(self, release: str) -> TorchRelease | None:
+        return self.torch.get(release)
+
+    def cudnn_row(self, version: Version) -> CudnnRow | None:
+        key = f"{version.major}.{version.minor}"
+        return next((row for row in self.cudnn if key in row.versions), None)
+
+
+def _load_cuda(facts: Facts) -> None:
+    table = load_table("cuda_drivers.toml")
+    for row in table["cuda"]:
+        version = parse_cuda(row["version"])
+        updates = {parse_cuda(k).patch: parse_driver(v) for k, v in row.get("updates", {}).items()}
+        facts.cuda[_cuda_key(version)] = CudaRelease(version, parse_driver(row["ga_driver"]), updates, row["source"])
+    for row in table.get("missing", []):
+        facts.missing_cuda[_cuda_key(parse_cuda(row["version"]))] = row["note"]
+    for row in table["minor_compat"]:
+        facts.minor_compat[int(row["major"])] = parse_driver(row["min_driver"])
+
+
+def _load_compilers(facts: Facts) -> None:
+    for row in load_table("host_compilers.toml")["nvcc"]:
+        facts.compilers[_cuda_key(parse_cuda(row["cuda"]))] = HostCompilers(
+            row.get("gcc_min"), row.get("gcc_max"), row.get("clang_min"), row.get("clang_max"), row["source"]
+        )
+
+
+def _load_arches(facts: Facts) -> None:
+    table = load_table("cuda_arches.toml")
+    facts.known_arches = tuple(parse_arch(a) for a in table["known"])
+    for old, rename in table.get("renames", {}).items():
+        facts.renames[parse_arch(old)] = (parse_arch(rename["to"]), _cuda_key(parse_cuda(rename["since"])))
+    for row in table["nvcc"]:
+        arches = tuple(parse_arch(a) for a in row["arches"].split())
+        for cuda in row["cuda"]:
+            facts.arches[_cuda_key(parse_cuda(cuda))] = arches
+
+
+def _variant(row: dict, release_source: str) -> TorchVariant:
+    arches: tuple[Arch, ...] | None = None
+    ptx: tuple[Arch, ...] = ()
+    if "arches" in row:
+        items = row["arches"].split()
+        arches = tuple(parse_arch(a.removesuffix("+PTX")) for a in items)
+        ptx = tuple(parse_arch(a.removesuffix("+PTX")) for a in items if a.endswith("+PTX"))
+    python = tuple(Version(p) for p in row["python"]) if "python" in row else None
+    return TorchVariant(
+        cuda=parse_cuda(row["cuda"]),
+        channel=row.get("channel", "pypi"),
+        arches=arches,
+        ptx=ptx,
+        cudnn=Version(row["cudnn"]) if "cudnn" in row else None,
+        nccl=Version(row["nccl"]) if "nccl" in row else None,
+        python=python,
+        source=row.get("source", release_source),
+    )
+
+
+def _load_torch(facts: Facts) -> None:
+    table = load_table("torch.toml")
+    for row in table["cxx_standard"]:
+        facts.cxx_gcc_min[row["std"]] = Version(row["gcc_min"])
+        if "nvcc_min" in row:
+            facts.cxx_nvcc_min[row["std"]] = parse_cuda(row["nvcc_min"])
+    for row in table["release"]:
+        low, high = (Version(p) for p in row["python"])
+        variants = tuple(_variant(v, row["source"]) for v in row.get("variant", []))
+        facts.torch[row["version"]] = TorchRelease(row["version"], (low, high), row["cxx"], variants, row["source"])
+
+
+def _load_cudnn(facts: Facts) -> None:
+    rows = []
+    for row in load_table("cudnn.toml")["cudnn"]:
+        cuda = frozenset(key for spec in row["cuda"] for key in _cuda_range(spec))
+        low, high = (parse_arch(c).cc for c in row["cc"])
+        rows.append(CudnnRow(frozenset(row["versions"]), cuda, low, high, row["source"]))
+    facts.cudnn = tuple(rows)
+
+
+@cache
+def facts() -> Facts:
+    loaded = Facts()
+    _load_cuda(loaded)
+    _load_compilers(loaded)
+    _load_arches(loaded)
+    _load_torch(loaded)
+    _load_cudnn(loaded)
+    loaded.extensions = load_table("extensions.toml")
+    return loaded

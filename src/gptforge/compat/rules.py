@@ -1,0 +1,431 @@
+"""The rules: each reads a parsed Combination and yields Findings with stable codes.
+
+Facts come from compat/data/ through ``facts()``; nothing here hard-codes a version table.
+A rule skips what it does not know. ``check`` runs them all and returns the findings sorted
+(errors first), so the result does not depend on the order of the inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from packaging.version import Version
+
+from gptforge.compat.arches import CC, best_cubin, ptx_runs_on, runs_on
+from gptforge.compat.combination import Combination
+from gptforge.compat.context import Context, build_context
+from gptforge.compat.facts import facts
+from gptforge.compat.findings import Finding, Severity
+from gptforge.compat.versions import CudaVersion, DriverVersion, format_cc, parse_cuda
+
+E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
+Rule = Callable[[Context], Iterator[Finding]]
+
+
+def _cc(cc: CC) -> str:
+    return format_cc(cc)
+
+
+def _at_least(version: Version, minimum: Version) -> bool:
+    """Compare only the components the user gave: gcc '11' satisfies a minimum of 11.3."""
+    given = len(version.release)
+    return version.release >= minimum.release[:given]
+
+
+def _env_hint(ctx: Context, suggest: bool, *, driver: DriverVersion | None = None) -> str | None:
+    """'use the cuda-12-6 environment: pixi run -e cuda-12-6 setup' for this driver and GPUs."""
+    if not suggest:
+        return None
+    from gptforge.compat.environments import recommend_environment
+
+    env = recommend_environment(driver or ctx.driver, ctx.ccs)
+    if env is None or env.cuda is None:
+        return None
+    return f"use the {env.name} environment: pixi run -e {env.name} setup"
+
+
+def _join(*parts: str | None) -> str:
+    return "; or ".join(p for p in parts if p)
+
+
+# --- versions the tables do not know ---------------------------------------------------------
+
+
+def rule_known_versions(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    for who, cuda in ctx.cuda_versions():
+        key = (cuda.major, cuda.minor)
+        if key in ctx.facts.missing_cuda:
+            yield Finding("cuda-unknown", W, f"{who}: {ctx.facts.missing_cuda[key]}",
+                          "check the version: nvcc --version / torch.version.cuda")
+        elif key not in ctx.facts.cuda:
+            yield Finding("cuda-unknown", W, f"{who} is not in gptforge's tables; rules that need it were skipped",
+                          "add the release to compat/data (docs/compat.md: adding a CUDA release)")
+    if ctx.torch and ctx.torch_release is None:
+        yield Finding("torch-unknown", W, f"torch {ctx.torch.release} is not in gptforge's tables; "
+                      "torch rules were skipped", "add the release to compat/data/torch.toml")
+    elif ctx.torch_release and ctx.torch_cuda and ctx.torch_variant is None:
+        have = ", ".join(sorted({v.cuda.tag for v in ctx.torch_release.variants}))
+        yield Finding("torch-cuda-variant-unknown", W,
+                      f"no published torch {ctx.torch_release.release} build for CUDA {ctx.torch_cuda} (known: {have})",
+                      f"install one of the published builds ({have})")
+
+
+# --- driver ---------------------------------------------------------------------------------
+
+
+def rule_driver(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    if ctx.driver is None:
+        return
+    for who, cuda in ctx.cuda_versions():
+        floor = ctx.facts.runtime_floor(cuda)
+        toolkit = ctx.facts.toolkit_driver(cuda)
+        if floor and ctx.driver < floor:
+            compat = ctx.facts.minor_compat.get(cuda.major)
+            why = (f"CUDA {cuda.major}.x needs driver >= {floor}" if compat
+                   else f"CUDA {cuda.release} needs driver >= {floor} (no minor-version compatibility)")
+            yield Finding("driver-too-old", E, f"driver {ctx.driver} is too old for {who}: {why}",
+                          _join(_env_hint(ctx, suggest), f"upgrade the NVIDIA driver to >= {floor}"))
+        elif toolkit and ctx.driver < toolkit:
+            yield Finding(
+                "ptx-newer-than-driver", W,
+                f"driver {ctx.driver} runs {who} only through minor-version compatibility (the toolkit's own "
+                f"driver is {toolkit}): PTX from this toolkit cannot be JIT-compiled "
+                "('the provided PTX was compiled with an unsupported toolchain')",
+                f"build SASS for every GPU (TORCH_CUDA_ARCH_LIST without +PTX), or upgrade the driver to >= {toolkit}")
+
+
+def rule_gpu_newer_than_driver(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    if ctx.driver is None:
+        return
+    for cc in ctx.ccs:
+        first = ctx.facts.first_cuda_for(cc)
+        needed = ctx.facts.toolkit_driver(first) if first else None
+        if needed and ctx.driver < needed:
+            yield Finding("gpu-newer-than-driver", E,
+                          f"a CC {_cc(cc)} GPU needs a driver from CUDA {first}'s generation (>= {needed}); "
+                          f"driver {ctx.driver} predates it",
+                          f"upgrade the NVIDIA driver to >= {needed}")
+
+
+# --- architectures --------------------------------------------------------------------------
+
+
+def _cudas_targeting(ctx: Context, cc: CC) -> list[CudaVersion]:
+    return [CudaVersion(*key) for key, arches in sorted(ctx.facts.arches.items())
+            if best_cubin(list(arches), cc, allow_suffix=False)]
+
+
+def rule_nvcc_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    targetable = ctx.facts.targetable(ctx.nvcc) if ctx.nvcc else None
+    if not targetable:
+        return
+    for cc in ctx.ccs:
+        if best_cubin(list(targetable), cc, allow_suffix=False) is None:
+            able = _cudas_targeting(ctx, cc)
+            span = f"CUDA {able[0]} to {able[-1]}" if able else "no CUDA in gptforge's tables"
+            yield Finding("gpu-arch-unsupported", E,
+                          f"nvcc {ctx.nvcc} cannot generate code for CC {_cc(cc)} (sm_{cc[0]}{cc[1]}); "
+                          f"{span} can",
+                          _join(_env_hint(ctx, suggest), f"use a CUDA toolkit from {span}"))
+
+
+def rule_torch_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    if ctx.torch_arches is None or ctx.torch_is_cpu:
+        return
+    listed = " ".join(a.sm for a in ctx.torch_arches)
+    for cc in ctx.ccs:
+        if any(runs_on(a, cc) for a in ctx.torch_arches):
+            continue
+        if any(ptx_runs_on(a, cc) for a in ctx.torch_ptx):
+            yield Finding("gpu-arch-ptx-jit", I,
+                          f"torch has no sm_{cc[0]}{cc[1]} kernels; the driver JIT-compiles its PTX at first use",
+                          "expect a slow first start; a torch build with this arch avoids it")
+            continue
+        yield Finding("gpu-arch-not-in-torch", E,
+                      f"this torch build has no kernels for CC {_cc(cc)} (it has {listed}): "
+                      "'no kernel image is available for execution on the device'",
+                      _join(_env_hint(ctx, suggest), "install a torch build whose arch list includes "
+                            f"sm_{cc[0]}{cc[1]}"))
+
+
+def rule_arch_list_env(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    if ctx.arch_env is None:
+        return
+    sass, ptx = ctx.arch_env
+    targetable = ctx.facts.targetable(ctx.nvcc) if ctx.nvcc else None
+    if targetable:
+        bad = [a for a in sass if a not in targetable]
+        if bad:
+            yield Finding("arch-list-untargetable", E,
+                          f"TORCH_CUDA_ARCH_LIST has {' '.join(map(str, bad))}, which nvcc {ctx.nvcc} cannot target: "
+                          f"'nvcc fatal : Unsupported gpu architecture'",
+                          _arch_list_fix(ctx, allow_suffix=True))
+    for cc in ctx.ccs:
+        if not any(runs_on(a, cc) for a in sass) and not any(ptx_runs_on(a, cc) for a in ptx):
+            yield Finding("arch-list-misses-gpu", E,
+                          f"TORCH_CUDA_ARCH_LIST={ctx.combo.torch_cuda_arch_list_env} builds nothing that runs on "
+                          f"CC {_cc(cc)}", _arch_list_fix(ctx, allow_suffix=True))
+
+
+def _arch_list_fix(ctx: Context, *, allow_suffix: bool) -> str:
+    from gptforge.compat.archlist import arch_list_for
+    from gptforge.errors import GptforgeError
+
+    if ctx.nvcc and ctx.ccs:
+        try:
+            return f"set TORCH_CUDA_ARCH_LIST={arch_list_for(ctx.ccs, ctx.nvcc, allow_suffix=allow_suffix)}"
+        except GptforgeError:
+            pass
+    return "set TORCH_CUDA_ARCH_LIST to the GPUs present, e.g. 9.0 for H100 (gptforge doctor prints it)"
+
+
+# --- toolkit against torch and host compilers ------------------------------------------------
+
+
+def rule_nvcc_torch(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    nvcc, torch_cuda = ctx.nvcc, ctx.torch_cuda
+    if not nvcc or not torch_cuda or ctx.torch_is_cpu:
+        return
+    fix = f"use nvcc {torch_cuda.release} (conda-forge cuda-nvcc={torch_cuda.release}) with this torch"
+    if nvcc.major != torch_cuda.major:
+        yield Finding("nvcc-torch-mismatch", E,
+                      f"nvcc {nvcc} and torch's CUDA {torch_cuda} differ in major version: torch refuses to build "
+                      "extensions ('The detected CUDA version mismatches the version that was used to compile PyTorch')",
+                      fix)
+    elif nvcc.minor != torch_cuda.minor:
+        yield Finding("nvcc-torch-mismatch", W,
+                      f"nvcc {nvcc.release} and torch's CUDA {torch_cuda.release} differ in minor version "
+                      "(torch only warns)", fix)
+    if ctx.combo.apex is not None and nvcc.release != torch_cuda.release:
+        yield Finding("apex-nvcc-mismatch", E,
+                      f"apex refuses nvcc {nvcc.release} with torch built for CUDA {torch_cuda.release}: any major.minor "
+                      "difference stops its build ('Cuda extensions are being compiled with a version of Cuda that "
+                      "does not match')", fix)
+
+
+def rule_host_compiler(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    limits = ctx.facts.host_compilers(ctx.nvcc) if ctx.nvcc else None
+    if not limits:
+        return
+    if ctx.gcc:
+        major = ctx.gcc.major
+        if limits.gcc_max is not None and major > limits.gcc_max:
+            yield Finding("gcc-unsupported", E,
+                          f"nvcc {ctx.nvcc.release} supports gcc up to {limits.gcc_max}; gcc {ctx.gcc} fails with "
+                          f"'unsupported GNU version! gcc versions later than {limits.gcc_max} are not supported'",
+                          f"use gcc {limits.gcc_max}: CC=gcc-{limits.gcc_max} CXX=g++-{limits.gcc_max} "
+                          f"CUDAHOSTCXX=g++-{limits.gcc_max} (or nvcc -ccbin g++-{limits.gcc_max})")
+        elif limits.gcc_min is not None and major < limits.gcc_min:
+            yield Finding("gcc-unsupported", E, f"nvcc {ctx.nvcc.release} needs gcc >= {limits.gcc_min}; "
+                          f"gcc {ctx.gcc} is too old", f"use gcc {limits.gcc_min} to {limits.gcc_max}")
+    if ctx.clang:
+        major = ctx.clang.major
+        if limits.clang_max is not None and major > limits.clang_max:
+            yield Finding("clang-unsupported", E,
+                          f"nvcc {ctx.nvcc.release} supports clang up to {limits.clang_max}; clang {ctx.clang} is rejected",
+                          f"use clang {limits.clang_max} (nvcc -ccbin clang++-{limits.clang_max}) or a supported gcc")
+        elif limits.clang_min is not None and major < limits.clang_min:
+            yield Finding("clang-unsupported", E, f"nvcc {ctx.nvcc.release} needs clang >= {limits.clang_min}",
+                          f"use clang {limits.clang_min} to {limits.clang_max}")
+
+
+def rule_cxx_standard(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    release = ctx.torch_release
+    if not release:
+        return
+    std = release.cxx
+    gcc_min = ctx.facts.cxx_gcc_min.get(std)
+    if ctx.gcc and gcc_min and not _at_least(ctx.gcc, gcc_min):
+        yield Finding("cxx-standard-unsupported", E,
+                      f"torch {release.release} headers need C++{std}; gcc {ctx.gcc} is older than {gcc_min} "
+                      f"('#error C++{std} or later compatible compiler is required')",
+                      f"use gcc >= {gcc_min}")
+    nvcc_min = ctx.facts.cxx_nvcc_min.get(std)
+    if ctx.nvcc and nvcc_min and ctx.nvcc.release < nvcc_min and not ctx.torch_is_cpu:
+        yield Finding("cxx-standard-unsupported", E,
+                      f"torch {release.release} extensions compile as C++{std}, which nvcc {ctx.nvcc.release} lacks",
+                      f"use nvcc >= {nvcc_min}")
+
+
+def rule_python(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    release = ctx.torch_release
+    if not release or not ctx.python:
+        return
+    low, high = ctx.torch_variant.python if ctx.torch_variant and ctx.torch_variant.python else release.python
+    minor = Version(f"{ctx.python.major}.{ctx.python.minor}")
+    if not low <= minor <= high:
+        yield Finding("python-unsupported", E,
+                      f"torch {release.release} supports Python {low} to {high}, not {ctx.python}",
+                      f"use Python {low} to {high} (gptforge's environments use 3.12)")
+
+
+# --- cuDNN ------------------------------------------------------------------------------------
+
+
+def rule_cudnn(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    if not ctx.cudnn:
+        return
+    yield from _cudnn_vs_cuda(ctx)
+    yield from _cudnn_vs_torch(ctx)
+
+
+def _cudnn_vs_cuda(ctx: Context) -> Iterator[Finding]:
+    row = ctx.facts.cudnn_row(ctx.cudnn)
+    cuda = ctx.torch_cuda or ctx.nvcc
+    if not row:
+        return
+    if cuda:
+        key = (cuda.major, cuda.minor)
+        majors = {major for major, _ in row.cuda}
+        listed = ", ".join(f"{a}.{b}" for a, b in sorted(row.cuda))
+        if cuda.major not in majors:
+            yield Finding("cudnn-cuda-mismatch", E,
+                          f"cuDNN {ctx.cudnn} has no build for CUDA {cuda.major}.x (its builds: {listed})",
+                          f"install the cuDNN {ctx.cudnn.major} build for CUDA {cuda.major} "
+                          f"(e.g. nvidia-cudnn-cu{cuda.major}) or a cuDNN that supports CUDA {cuda.release}")
+        elif key not in row.cuda:
+            yield Finding("cudnn-cuda-mismatch", W,
+                          f"cuDNN {ctx.cudnn}'s support matrix lists CUDA {listed}, not {cuda.release}",
+                          "use a cuDNN release whose support matrix lists this CUDA")
+    for cc in ctx.ccs:
+        if not row.cc_min <= cc <= row.cc_max:
+            yield Finding("cudnn-arch-unsupported", E,
+                          f"cuDNN {ctx.cudnn} supports CC {_cc(row.cc_min)} to {_cc(row.cc_max)}, not {_cc(cc)}",
+                          "use a cuDNN whose support matrix covers this GPU (9.10 still covers Maxwell to Volta)")
+
+
+def _cudnn_vs_torch(ctx: Context) -> Iterator[Finding]:
+    bundled = ctx.torch_variant.cudnn if ctx.torch_variant else None
+    if not bundled:
+        return
+    have, want = ctx.cudnn, bundled
+    if have.major != want.major:
+        yield Finding("cudnn-torch-mismatch", E,
+                      f"torch {ctx.torch} was built against cuDNN {want} but cuDNN {have} is loaded "
+                      "('cuDNN version incompatibility')",
+                      f"remove the other cuDNN from LD_LIBRARY_PATH so torch loads its own cuDNN {want}")
+    elif have.release[:2] < want.release[:2]:
+        yield Finding("cudnn-torch-mismatch", W,
+                      f"torch {ctx.torch} ships cuDNN {want}; the older cuDNN {have} is loaded instead",
+                      "remove the older cuDNN from LD_LIBRARY_PATH")
+
+
+# --- FP8, TransformerEngine, DeepSpeed --------------------------------------------------------
+
+
+def _fp8_blocker(ctx: Context, cc: CC) -> str | None:
+    spec = ctx.facts.extensions["transformer_engine"]["fp8"]
+    cc_min = parse_cuda(spec["cc_min"])
+    if cc < (cc_min.major, cc_min.minor):
+        return f"CC {_cc(cc)} has no FP8 tensor cores (needs {spec['cc_min']}+)"
+    ada = parse_cuda(spec["ada_cc"])
+    cuda = ctx.torch_cuda or ctx.nvcc
+    ada_min = parse_cuda(spec["ada_cuda_min"])
+    if cc == (ada.major, ada.minor) and cuda and cuda.release < ada_min:
+        return f"FP8 on Ada (CC {spec['ada_cc']}) needs CUDA >= {ada_min}, not {cuda.release}"
+    return None
+
+
+def rule_fp8(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    if not ctx.ccs:
+        return
+    blockers = [_fp8_blocker(ctx, cc) for cc in ctx.ccs]
+    if all(blockers):
+        severity = W if ctx.transformer_engine else I
+        yield Finding("fp8-unavailable", severity, "FP8 training is unavailable: " + "; ".join(sorted(set(blockers))),
+                      "train in bf16 (the default); FP8 needs an Ada (with CUDA >= 12.1), Hopper or Blackwell GPU")
+
+
+def rule_transformer_engine(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    if ctx.transformer_engine is None:
+        return
+    spec = ctx.facts.extensions["transformer_engine"]
+    cc_min = parse_cuda(spec["cc_min"])
+    reasons = [f"CC {_cc(cc)} is below {spec['cc_min']}" for cc in ctx.ccs if cc < (cc_min.major, cc_min.minor)]
+    cuda = ctx.torch_cuda or ctx.nvcc
+    if cuda and cuda.release < parse_cuda(spec["cuda_min"]):
+        reasons.append(f"CUDA {cuda.release} is below {spec['cuda_min']}")
+    if cuda and any(cc[0] >= 10 for cc in ctx.ccs) and cuda.release < parse_cuda(spec["cuda_min_blackwell"]):
+        reasons.append(f"Blackwell needs CUDA >= {spec['cuda_min_blackwell']}")
+    if ctx.cudnn and not _at_least(ctx.cudnn, Version(spec["cudnn_min"])):
+        reasons.append(f"cuDNN {ctx.cudnn} is below {spec['cudnn_min']}")
+    if ctx.torch and ctx.torch.version < Version(spec["torch_min"]):
+        reasons.append(f"torch {ctx.torch.version} is below {spec['torch_min']}")
+    if ctx.gcc and not _at_least(ctx.gcc, Version(spec["gcc_min"])):
+        reasons.append(f"gcc {ctx.gcc} is below {spec['gcc_min']}")
+    if reasons:
+        yield Finding("te-unsupported", E, "TransformerEngine cannot run here: " + "; ".join(reasons),
+                      f"meet TransformerEngine's floor (CC >= {spec['cc_min']}, CUDA >= {spec['cuda_min']}, "
+                      f"cuDNN >= {spec['cudnn_min']}, torch >= {spec['torch_min']}) or uninstall it")
+
+
+def rule_deepspeed(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    if ctx.deepspeed is None:
+        return
+    spec = ctx.facts.extensions["deepspeed"]
+    if ctx.torch and ctx.torch.version < Version(spec["torch_min"]):
+        yield Finding("deepspeed-unsupported", E, f"DeepSpeed needs torch >= {spec['torch_min']}, not {ctx.torch.version}",
+                      f"use torch >= {spec['torch_min']}")
+    yield from _deepspeed_cuda(ctx, spec)
+    if ctx.arch_env and any(a.suffix for a in ctx.arch_env[0]):
+        yield Finding("deepspeed-arch-suffix", E,
+                      f"DeepSpeed's op builder cannot parse TORCH_CUDA_ARCH_LIST={ctx.combo.torch_cuda_arch_list_env} "
+                      f"({spec['arch_suffix_error']})", _arch_list_fix(ctx, allow_suffix=False) + " (no a/f suffix)")
+
+
+def _deepspeed_cuda(ctx: Context, spec: dict) -> Iterator[Finding]:
+    nvcc, torch_cuda = ctx.nvcc, ctx.torch_cuda
+    if not nvcc or not torch_cuda or nvcc.release == torch_cuda.release or ctx.torch_is_cpu:
+        return
+    ok = spec["minor_mismatch_ok"].get(str(nvcc.major), [])
+    if nvcc.major == torch_cuda.major and str(nvcc.release) in ok and str(torch_cuda.release) in ok:
+        yield Finding("deepspeed-cuda-mismatch", I,
+                      f"DeepSpeed accepts nvcc {nvcc.release} with torch's CUDA {torch_cuda.release} (whitelisted minors)",
+                      "")
+        return
+    whitelisted = "" if ok else f" (CUDA {nvcc.major}.x minors are not in its whitelist)"
+    yield Finding("deepspeed-cuda-mismatch", E,
+                  f"DeepSpeed's op builder rejects nvcc {nvcc.release} with torch's CUDA {torch_cuda.release}"
+                  f"{whitelisted}: CUDAMismatchException",
+                  f"use nvcc {torch_cuda.release}; or, at your own risk, set {spec['skip_check_env']}=1")
+
+
+def rule_torch_cpu_build(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    if ctx.torch_is_cpu and ctx.ccs:
+        yield Finding("torch-cpu-build", W, f"torch {ctx.torch} is a CPU build: the GPUs will not be used",
+                      _join(_env_hint(ctx, suggest), "install a CUDA build of torch"))
+
+
+RULES: tuple[Callable[[Context, bool], Iterator[Finding]], ...] = (
+    rule_known_versions,
+    rule_driver,
+    rule_gpu_newer_than_driver,
+    rule_nvcc_arch,
+    rule_torch_arch,
+    rule_arch_list_env,
+    rule_nvcc_torch,
+    rule_host_compiler,
+    rule_cxx_standard,
+    rule_python,
+    rule_cudnn,
+    rule_fp8,
+    rule_transformer_engine,
+    rule_deepspeed,
+    rule_torch_cpu_build,
+)
+
+_SEVERITY_ORDER = {E: 0, W: 1, I: 2}
+
+
+def run_rules(combo: Combination, *, suggest: bool = True) -> list[Finding]:
+    ctx = build_context(combo, facts())
+    found = list(ctx.problems)
+    for rule in RULES:
+        found.extend(rule(ctx, suggest))
+    unique = {(f.code, f.severity, f.message, f.fix): f for f in found}
+    return sorted(unique.values(), key=lambda f: (_SEVERITY_ORDER[f.severity], f.code, f.message))
+
+
+def check(combo: Combination) -> list[Finding]:
+    """Judge a combination: findings sorted errors first; ``is_ok(findings)`` when none is an error."""
+    return run_rules(combo, suggest=True)
