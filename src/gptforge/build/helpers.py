@@ -1,0 +1,125 @@
+"""Compile the dataset helpers (``gptforge/data/helpers.cpp``) for the interpreter running this code.
+
+Include directories and the extension suffix come from this interpreter's ``sysconfig`` and the
+installed ``pybind11`` — never from a ``python3-config`` on PATH, which may belong to another
+Python. The module lands in ``<cache>/helpers/<key>/`` where the key hashes the source and the ABI
+(cache tag, extension suffix, machine); a second build with the same key does nothing, and a file
+lock makes concurrent builders (several ranks, several nodes on a shared disk) compile once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gptforge.errors import GptforgeError
+
+MODULE_NAME = "gptforge_helpers"
+SOURCE = Path(__file__).resolve().parent.parent / "data" / "helpers.cpp"
+# -ffp-contract=off: no fused multiply-add, so blending weights round exactly as in the NumPy reference
+CXXFLAGS = ("-O3", "-Wall", "-shared", "-std=c++17", "-fPIC", "-ffp-contract=off", "-fvisibility=hidden")
+
+_loaded = None
+
+
+class HelpersBuildError(GptforgeError):
+    """The C++ helpers could not be compiled."""
+
+
+@dataclass(frozen=True)
+class HelpersBuild:
+    path: Path  # the compiled extension module
+    key: str
+    built: bool  # False: it was already in the cache
+    seconds: float
+    command: list[str]
+
+
+def cache_root() -> Path:
+    env = os.environ.get("GPTFORGE_CACHE")
+    base = Path(env).expanduser() if env else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gptforge"
+    return base / "helpers"
+
+
+def abi() -> dict:
+    return {
+        "cache_tag": sys.implementation.cache_tag,
+        "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
+        "machine": platform.machine(),
+    }
+
+
+def cache_key(source: Path = SOURCE) -> str:
+    inputs = {"source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(), **abi()}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def module_path(source: Path = SOURCE) -> Path:
+    return cache_root() / cache_key(source) / f"{MODULE_NAME}{abi()['ext_suffix']}"
+
+
+def compile_command(source: Path, output: Path, cxx: str) -> list[str]:
+    import pybind11
+
+    includes = dict.fromkeys([sysconfig.get_paths()["include"], sysconfig.get_paths()["platinclude"], pybind11.get_include()])
+    return [*shlex.split(cxx), *CXXFLAGS, *(f"-I{d}" for d in includes), str(source), "-o", str(output)]
+
+
+def find_compiler() -> str:
+    cxx = os.environ.get("CXX") or "g++"
+    if shutil.which(shlex.split(cxx)[0]) is None:
+        raise HelpersBuildError(f"C++ compiler {cxx!r} not found", "install g++ (apt-get install g++) or set CXX")
+    return cxx
+
+
+def build_helpers(*, force: bool = False, source: Path = SOURCE) -> HelpersBuild:
+    """Compile the helpers into the cache unless an identical build is already there."""
+    from filelock import FileLock
+
+    key = cache_key(source)
+    target = module_path(source)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with FileLock(str(target.parent.with_suffix(".lock"))):
+        if target.is_file() and not force:
+            meta = json.loads((target.parent / "entry.json").read_text()) if (target.parent / "entry.json").is_file() else {}
+            return HelpersBuild(target, key, False, time.perf_counter() - start, meta.get("command", []))
+        tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
+        command = compile_command(source, tmp, find_compiler())
+        proc = subprocess.run(command, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            log = target.parent / "build.log"
+            log.write_text(f"$ {shlex.join(command)}\n{proc.stdout}{proc.stderr}")
+            first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:200])
+            raise HelpersBuildError(f"compiling {source.name} failed: {first}", f"full log: {log}")
+        os.replace(tmp, target)
+        entry = {"command": command, **abi(), "python": sys.version.split()[0], "built_at": time.time()}
+        (target.parent / "entry.json").write_text(json.dumps(entry, indent=2) + "\n")
+    return HelpersBuild(target, key, True, time.perf_counter() - start, command)
+
+
+def load_helpers():
+    """The compiled module for this interpreter and this source, or None when not built."""
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    path = module_path()
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    _loaded = module
+    return module

@@ -1,0 +1,336 @@
+"""Megatron's memory-mapped indexed dataset (MMIDIDX v1): reader, writer and validation.
+
+Layout of ``PREFIX.idx`` (little-endian): 9-byte magic ``MMIDIDX\\0\\0``, u64 version (1), u8 dtype
+code, u64 sequence count S, u64 document-index length D (= documents + 1), int32[S] sequence
+lengths, int64[S] byte pointers into ``PREFIX.bin``, int64[D] document boundaries (sequence ids),
+optionally int8[S] sequence modes (multimodal datasets). ``PREFIX.bin`` is the raw concatenation of
+every sequence's tokens in the index dtype. Same files as ``megatron/core/datasets/indexed_dataset.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from gptforge.errors import GptforgeError
+
+MAGIC = b"MMIDIDX\x00\x00"
+VERSION = 1
+HEADER_SIZE = 34  # magic 9 + version 8 + dtype 1 + sequence count 8 + document count 8
+
+DTYPE_BY_CODE: dict[int, type] = {
+    1: np.uint8,
+    2: np.int8,
+    3: np.int16,
+    4: np.int32,
+    5: np.int64,
+    6: np.float64,
+    7: np.float32,
+    8: np.uint16,
+}
+CODE_BY_DTYPE = {np.dtype(t): c for c, t in DTYPE_BY_CODE.items()}
+
+
+class IndexedDatasetError(GptforgeError):
+    """A .bin/.idx pair is missing, truncated or inconsistent."""
+
+
+def optimal_dtype(vocab_size: int) -> np.dtype:
+    """Token dtype for a vocabulary, chosen like Megatron's ``DType.optimal_dtype``."""
+    return np.dtype(np.uint16) if vocab_size < 65500 else np.dtype(np.int32)
+
+
+def bin_path(prefix: str | os.PathLike) -> Path:
+    return Path(f"{os.fspath(prefix)}.bin")
+
+
+def idx_path(prefix: str | os.PathLike) -> Path:
+    return Path(f"{os.fspath(prefix)}.idx")
+
+
+@dataclass(frozen=True)
+class Index:
+    """The parsed ``.idx`` file (arrays are read-only views of a memory map)."""
+
+    dtype: np.dtype
+    sequence_lengths: np.ndarray  # int32[S]
+    sequence_pointers: np.ndarray  # int64[S]
+    document_indices: np.ndarray  # int64[D]
+    sequence_modes: np.ndarray | None  # int8[S] or None
+
+
+def read_index(path: str | os.PathLike, *, check_pointers: bool = True) -> Index:
+    """Parse and validate an ``.idx`` file; every inconsistency raises one named error."""
+    path = Path(path)
+    if not path.is_file():
+        raise IndexedDatasetError(f"{path} not found", "pass the prefix without .bin/.idx, e.g. data/my_text_document")
+    size = path.stat().st_size
+    if size < HEADER_SIZE:
+        raise IndexedDatasetError(f"{path}: truncated index header ({size} bytes, need {HEADER_SIZE})", "re-run gptforge prepare")
+    with open(path, "rb") as f:
+        header = f.read(HEADER_SIZE)
+    if header[:9] != MAGIC:
+        raise IndexedDatasetError(
+            f"{path}: wrong magic {header[:9]!r}, expected {MAGIC!r}",
+            "this is not a Megatron mmap index (MMIDIDX); re-create it with gptforge prepare",
+        )
+    (version,) = struct.unpack("<Q", header[9:17])
+    if version != VERSION:
+        raise IndexedDatasetError(f"{path}: index version {version}, only version {VERSION} is supported")
+    code = header[17]
+    if code not in DTYPE_BY_CODE:
+        raise IndexedDatasetError(f"{path}: unknown dtype code {code} (known: {sorted(DTYPE_BY_CODE)})")
+    sequence_count, document_count = struct.unpack("<QQ", header[18:34])
+    plain = HEADER_SIZE + 12 * sequence_count + 8 * document_count
+    if size not in (plain, plain + sequence_count):
+        raise IndexedDatasetError(
+            f"{path}: index size mismatch: header declares {sequence_count} sequences and "
+            f"{document_count} document boundaries ({plain} bytes) but the file has {size} bytes",
+            "the index is truncated or corrupt; re-run gptforge prepare",
+        )
+    buffer = np.memmap(path, mode="r", dtype=np.uint8)
+    lengths = np.frombuffer(buffer, np.int32, sequence_count, HEADER_SIZE)
+    pointers = np.frombuffer(buffer, np.int64, sequence_count, HEADER_SIZE + 4 * sequence_count)
+    documents = np.frombuffer(buffer, np.int64, document_count, HEADER_SIZE + 12 * sequence_count)
+    modes = np.frombuffer(buffer, np.int8, sequence_count, plain) if size > plain else None
+    _check_documents(path, documents, sequence_count)
+    dtype = np.dtype(DTYPE_BY_CODE[code])
+    if check_pointers:
+        _check_pointers(path, lengths, pointers, dtype.itemsize)
+    return Index(dtype, lengths, pointers, documents, modes)
+
+
+def _check_documents(path: Path, documents: np.ndarray, sequence_count: int) -> None:
+    if len(documents) == 0 or documents[0] != 0:
+        raise IndexedDatasetError(f"{path}: document index must start with 0")
+    if documents[-1] != sequence_count:
+        raise IndexedDatasetError(
+            f"{path}: document index ends at {documents[-1]} but there are {sequence_count} sequences"
+        )
+    if len(documents) > 1 and np.any(np.diff(documents) < 0):
+        raise IndexedDatasetError(f"{path}: document index is not non-decreasing")
+
+
+def _check_pointers(path: Path, lengths: np.ndarray, pointers: np.ndarray, itemsize: int) -> None:
+    if len(lengths) == 0:
+        return
+    if np.any(lengths < 0):
+        raise IndexedDatasetError(f"{path}: negative sequence length at sequence {int(np.argmax(lengths < 0))}")
+    expected = np.zeros(len(lengths), np.int64)
+    np.cumsum(lengths[:-1].astype(np.int64) * itemsize, out=expected[1:])
+    bad = np.flatnonzero(expected != pointers)
+    if len(bad):
+        raise IndexedDatasetError(
+            f"{path}: sequence pointer {int(bad[0])} is {int(pointers[bad[0]])}, expected {int(expected[bad[0]])}"
+        )
+
+
+def expected_bin_size(index: Index) -> int:
+    return int(index.sequence_lengths.sum(dtype=np.int64)) * index.dtype.itemsize
+
+
+class IndexedDataset:
+    """Zero-copy, memory-mapped random access to the sequences of ``PREFIX.bin/.idx``.
+
+    ``ds[i]`` is sequence ``i`` as a read-only NumPy view of the memory map; a slice gives a list;
+    ``ds.get(i, offset, length)`` a part of a sequence; ``ds.document(k)`` document ``k`` (one view:
+    a document's sequences are contiguous).
+    """
+
+    def __init__(self, prefix: str | os.PathLike):
+        self.prefix = os.fspath(prefix)
+        self.index = read_index(idx_path(prefix))
+        data = bin_path(prefix)
+        if not data.is_file():
+            raise IndexedDatasetError(f"{data} not found", "the .bin file must sit beside the .idx file")
+        expected = expected_bin_size(self.index)
+        actual = data.stat().st_size
+        if actual != expected:
+            raise IndexedDatasetError(
+                f"{data}: {actual} bytes but the index describes {expected} "
+                f"({'truncated' if actual < expected else 'trailing bytes'})",
+                "the .bin and .idx do not belong together or the copy is incomplete; re-run gptforge prepare",
+            )
+        # np.memmap refuses empty files; an empty dataset gets an empty buffer.
+        self._bin = np.memmap(data, mode="r", dtype=np.uint8) if actual else np.zeros(0, np.uint8)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.index.dtype
+
+    @property
+    def sequence_lengths(self) -> np.ndarray:
+        return self.index.sequence_lengths
+
+    @property
+    def sequence_pointers(self) -> np.ndarray:
+        return self.index.sequence_pointers
+
+    @property
+    def document_indices(self) -> np.ndarray:
+        return self.index.document_indices
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.index.document_indices) - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.index.sequence_lengths.sum(dtype=np.int64))
+
+    @property
+    def buffer(self) -> np.ndarray:
+        """All tokens of the ``.bin`` file as one read-only array."""
+        return np.frombuffer(self._bin, self.dtype)
+
+    def __len__(self) -> int:
+        return len(self.index.sequence_lengths)
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return [self[i] for i in range(*idx.indices(len(self)))]
+        idx = int(idx)
+        if idx < 0:
+            idx += len(self)
+        if not 0 <= idx < len(self):
+            raise IndexError(f"sequence {idx} out of range [0, {len(self)})")
+        return self.get(idx)
+
+    def get(self, idx: int, offset: int = 0, length: int | None = None) -> np.ndarray:
+        """Tokens ``[offset, offset + length)`` of sequence ``idx`` (to its end when length is None)."""
+        size = int(self.index.sequence_lengths[idx])
+        if length is None:
+            length = size - offset
+        if offset < 0 or length < 0 or offset + length > size:
+            raise IndexError(f"tokens [{offset}, {offset + length}) outside sequence {idx} of length {size}")
+        start = int(self.index.sequence_pointers[idx]) + offset * self.dtype.itemsize
+        return np.frombuffer(self._bin, self.dtype, length, start)
+
+    def document(self, doc: int) -> np.ndarray:
+        first, last = int(self.document_indices[doc]), int(self.document_indices[doc + 1])
+        if first == last:
+            return np.zeros(0, self.dtype)
+        start = int(self.index.sequence_pointers[first])
+        count = int(self.index.sequence_lengths[first:last].sum(dtype=np.int64))
+        return np.frombuffer(self._bin, self.dtype, count, start)
+
+
+def _write_index(f, dtype: np.dtype, lengths: np.ndarray, documents: np.ndarray) -> None:
+    lengths = np.asarray(lengths, np.int32)
+    pointers = np.zeros(len(lengths), np.int64)
+    if len(lengths):
+        np.cumsum(lengths[:-1].astype(np.int64) * dtype.itemsize, out=pointers[1:])
+    f.write(MAGIC)
+    f.write(struct.pack("<Q", VERSION))
+    f.write(struct.pack("<B", CODE_BY_DTYPE[dtype]))
+    f.write(struct.pack("<QQ", len(lengths), len(documents)))
+    f.write(lengths.tobytes(order="C"))
+    f.write(pointers.tobytes(order="C"))
+    f.write(np.asarray(documents, np.int64).tobytes(order="C"))
+
+
+class IndexedDatasetWriter:
+    """Writes ``PREFIX.bin/.idx`` under temporary names; ``finalize`` renames them into place.
+
+    Used as a context manager, an exception removes the temporary files, so a failed run leaves
+    nothing behind. Each non-empty document is one sequence (Megatron's document level, no
+    sentence split); an empty document is a boundary without a sequence, as Megatron writes it.
+    """
+
+    def __init__(self, prefix: str | os.PathLike, dtype: np.dtype | type):
+        self.prefix = os.fspath(prefix)
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in CODE_BY_DTYPE:
+            raise ValueError(f"dtype {self.dtype} has no MMIDIDX code")
+        Path(self.prefix).parent.mkdir(parents=True, exist_ok=True)
+        tag = f".partial-{os.getpid()}"
+        self._tmp_bin = Path(f"{bin_path(prefix)}{tag}")
+        self._tmp_idx = Path(f"{idx_path(prefix)}{tag}")
+        self._bin = open(self._tmp_bin, "wb")
+        self._lengths: list[np.ndarray] = []
+        self._documents: list[int] = [0]
+        self._sequences = 0
+        self._limits = np.iinfo(self.dtype) if self.dtype.kind in "iu" else None
+
+    def add_document(self, tokens: Sequence[int] | np.ndarray) -> None:
+        self.add_documents([tokens])
+
+    def add_documents(self, documents: Iterable[Sequence[int] | np.ndarray]) -> None:
+        arrays = [_as_int_array(d) for d in documents]
+        if not arrays:
+            return
+        flat = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+        if flat.size and self._limits is not None:
+            low, high = int(flat.min()), int(flat.max())
+            if low < self._limits.min or high > self._limits.max:
+                raise IndexedDatasetError(
+                    f"token id {high if high > self._limits.max else low} does not fit dtype {self.dtype}",
+                    "use a vocabulary that matches the tokenizer",
+                )
+        self._bin.write(flat.astype(self.dtype, copy=False).tobytes())
+        # An empty document has no sequence, only a boundary (what Megatron's builder writes).
+        lengths = np.fromiter((len(a) for a in arrays), np.int64, len(arrays))
+        self._lengths.append(lengths[lengths > 0].astype(np.int32))
+        ends = self._sequences + np.cumsum(lengths > 0)
+        self._sequences = int(ends[-1])
+        self._documents.extend(ends.tolist())
+
+    def add_index(self, prefix: str | os.PathLike) -> None:
+        """Append another dataset (same dtype), keeping its document boundaries."""
+        other = IndexedDataset(prefix)
+        if other.dtype != self.dtype:
+            raise IndexedDatasetError(f"{prefix}: dtype {other.dtype} differs from {self.dtype}", "merge datasets made with the same tokenizer")
+        offset = self._sequences
+        self._lengths.append(np.array(other.sequence_lengths, np.int32))
+        self._documents.extend((np.asarray(other.document_indices[1:]) + offset).tolist())
+        self._sequences += len(other)
+        with open(bin_path(prefix), "rb") as src:
+            while chunk := src.read(1 << 24):
+                self._bin.write(chunk)
+
+    @property
+    def num_documents(self) -> int:
+        return len(self._documents) - 1
+
+    def finalize(self) -> None:
+        self._bin.close()
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32)
+        with open(self._tmp_idx, "wb") as f:
+            _write_index(f, self.dtype, lengths, np.asarray(self._documents, np.int64))
+        os.replace(self._tmp_bin, bin_path(self.prefix))
+        os.replace(self._tmp_idx, idx_path(self.prefix))
+
+    def abort(self) -> None:
+        self._bin.close()
+        for tmp in (self._tmp_bin, self._tmp_idx):
+            tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> "IndexedDatasetWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.finalize()
+        else:
+            self.abort()
+
+
+def _as_int_array(tokens) -> np.ndarray:
+    array = np.asarray(tokens)
+    return array if array.dtype.kind in "iu" else array.astype(np.int64)  # [] parses as float64
+
+
+def merge_datasets(prefixes: Sequence[str | os.PathLike], output_prefix: str | os.PathLike) -> IndexedDataset:
+    """Concatenate several datasets with one dtype into ``output_prefix``."""
+    if not prefixes:
+        raise IndexedDatasetError("nothing to merge", "give at least one prefix")
+    dtype = IndexedDataset(prefixes[0]).dtype
+    with IndexedDatasetWriter(output_prefix, dtype) as writer:
+        for prefix in prefixes:
+            writer.add_index(prefix)
+    return IndexedDataset(output_prefix)

@@ -1,0 +1,194 @@
+"""Corpus -> tokenizer -> Megatron ``.bin/.idx``: what ``gptforge prepare`` runs.
+
+Documents are read in order, tokenized in chunks (in this process, or by ``workers`` processes),
+and written in input order, so the output does not depend on the worker count. Outputs are written
+under temporary names and renamed only when every document is in; any error removes them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from gptforge.data.indexed import IndexedDatasetWriter, optimal_dtype
+from gptforge.data.readers import CorpusError, Record, SkipLog, read_corpus
+from gptforge.data.tokenizer import VOCAB_NAME, Tokenizer, load_tokenizer, train_bytelevel
+from gptforge.errors import UsageError
+
+CHUNK_RECORDS = 256
+
+
+@dataclass
+class PrepareResult:
+    prefixes: dict[str, Path]  # json key -> output prefix (``P_<key>_document``)
+    tokenizer_dir: Path | None
+    tokenizer: Tokenizer
+    documents: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    skipped: SkipLog = field(default_factory=SkipLog)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def output_prefix_for(output_prefix: str | os.PathLike, key: str) -> Path:
+    """Megatron's naming: ``--output-prefix P`` and key ``text`` give ``P_text_document``."""
+    return Path(f"{os.fspath(output_prefix)}_{key}_document")
+
+
+def default_tokenizer_dir(output_prefix: str | os.PathLike) -> Path:
+    return Path(f"{os.fspath(output_prefix)}_tokenizer")
+
+
+def resolve_tokenizer(
+    kind: str,
+    corpus: Iterable[str],
+    *,
+    output_prefix,
+    tokenizer_dir=None,
+    vocab_file=None,
+    merge_file=None,
+    vocab_size: int | None = None,
+) -> tuple[Tokenizer, Path | None]:
+    """Load the tokenizer; a ``bytelevel`` one is trained on ``corpus`` when its directory is empty."""
+    if kind == "bytelevel" and vocab_file is None:
+        directory = Path(tokenizer_dir) if tokenizer_dir else default_tokenizer_dir(output_prefix)
+        if not (directory / VOCAB_NAME).is_file():
+            return train_bytelevel(corpus, directory, vocab_size=vocab_size or 8192), directory
+        return load_tokenizer(kind, tokenizer_dir=directory), directory
+    if vocab_size is not None:
+        raise UsageError("--vocab-size", "only a bytelevel tokenizer is trained", "drop --vocab-size or use --tokenizer bytelevel")
+    tok = load_tokenizer(kind, tokenizer_dir=tokenizer_dir, vocab_file=vocab_file, merge_file=merge_file)
+    return tok, Path(tokenizer_dir) if tokenizer_dir else None
+
+
+# --- tokenization (runs in worker processes too) ---------------------------------------------
+
+_worker_tokenizer: Tokenizer | None = None
+
+
+def _init_worker(tokenizer: Tokenizer) -> None:
+    global _worker_tokenizer
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process = one core
+    _worker_tokenizer = tokenizer
+
+
+def _encode_chunk(args: tuple[list[tuple[str, ...]], bool]) -> list[list[np.ndarray]]:
+    """Token arrays of a chunk of records, one list per key (EOD appended to non-empty documents)."""
+    chunk, append_eod = args
+    tok = _worker_tokenizer
+    dtype = optimal_dtype(tok.vocab_size)
+    per_key = []
+    for column in zip(*chunk):
+        arrays = []
+        for ids in tok.encode_batch(list(column)):
+            if ids and append_eod:
+                ids.append(tok.eod_id)
+            arrays.append(np.asarray(ids, dtype=dtype))
+        per_key.append(arrays)
+    return per_key
+
+
+def _chunks(records: Iterator[Record], size: int) -> Iterator[list[tuple[str, ...]]]:
+    while chunk := [r.texts for r in itertools.islice(records, size)]:
+        yield chunk
+
+
+def _encoded(records: Iterator[Record], tokenizer: Tokenizer, append_eod: bool, workers: int) -> Iterator[list[list[np.ndarray]]]:
+    jobs = ((chunk, append_eod) for chunk in _chunks(records, CHUNK_RECORDS))
+    if workers <= 1:
+        _init_worker(tokenizer)
+        yield from map(_encode_chunk, jobs)
+        return
+    # spawn: safe with the tokenizer libraries' thread pools, same behaviour on every platform
+    with multiprocessing.get_context("spawn").Pool(workers, _init_worker, (tokenizer,)) as pool:
+        yield from pool.imap(_encode_chunk, jobs, chunksize=1)
+
+
+def _progress(enabled: bool):
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.completed:,} documents"),
+        TextColumn("{task.fields[tokens]:,} tokens"),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        disable=not enabled,
+        transient=False,
+    )
+
+
+def prepare(
+    inputs: Sequence[str | os.PathLike],
+    output_prefix: str | os.PathLike,
+    *,
+    tokenizer: str = "gpt2",
+    fmt: str | None = None,
+    json_keys: Sequence[str] = ("text",),
+    vocab_file=None,
+    merge_file=None,
+    tokenizer_dir=None,
+    vocab_size: int | None = None,
+    append_eod: bool = False,
+    workers: int = 1,
+    skip_bad_lines: bool = False,
+    progress: bool = True,
+) -> PrepareResult:
+    """Tokenize ``inputs`` into ``<output_prefix>_<key>_document.bin/.idx`` for every json key."""
+    if not inputs:
+        raise UsageError("--input", "no input files", "give at least one --input")
+    if workers < 1:
+        raise UsageError("--workers", f"{workers} is not a worker count", "use 1 or more")
+    if not json_keys or len(set(json_keys)) != len(json_keys):
+        raise UsageError("--json-keys", "keys must be given once each", "e.g. --json-keys text")
+    read = lambda skipped=None: read_corpus(inputs, fmt=fmt, json_keys=json_keys, skip_bad_lines=skip_bad_lines, skipped=skipped)
+    _require_documents(read(SkipLog()), inputs)
+
+    training_text = (text for record in read(SkipLog()) for text in record.texts)
+    tok, tok_dir = resolve_tokenizer(
+        tokenizer, training_text, output_prefix=output_prefix, tokenizer_dir=tokenizer_dir,
+        vocab_file=vocab_file, merge_file=merge_file, vocab_size=vocab_size,
+    )
+    prefixes = {key: output_prefix_for(output_prefix, key) for key in json_keys}
+    result = PrepareResult(prefixes, tok_dir, tok)
+    writers = [IndexedDatasetWriter(prefixes[key], optimal_dtype(tok.vocab_size)) for key in json_keys]
+    start = time.perf_counter()
+    try:
+        with _progress(progress) as bar:
+            task = bar.add_task("tokenizing", tokens=0, rate="")
+            for per_key in _encoded(read(result.skipped), tok, append_eod, workers):
+                for writer, arrays in zip(writers, per_key):
+                    writer.add_documents(arrays)
+                    result.tokens += sum(len(a) for a in arrays)
+                result.documents += len(per_key[0])
+                elapsed = time.perf_counter() - start
+                bar.update(task, completed=result.documents, tokens=result.tokens, rate=f"{result.tokens / max(elapsed, 1e-9):,.0f} tok/s")
+        if result.documents == 0:
+            raise CorpusError(f"no usable documents in {', '.join(map(str, inputs))} ({result.skipped.count} bad lines skipped)")
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        raise
+    for writer in writers:
+        writer.finalize()
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _require_documents(records: Iterator[Record], inputs) -> None:
+    """Fail early (before training a tokenizer) on an empty corpus or the first bad line."""
+    if next(records, None) is None:
+        raise CorpusError(f"empty corpus: no documents in {', '.join(map(str, inputs))}", "check the input files and --json-keys")

@@ -1,0 +1,198 @@
+"""Tokenizers: GPT-2 BPE from vocab.json + merges.txt, or a byte-level BPE trained on a corpus.
+
+Both are byte-level BPEs described by the same two files (Megatron's GPT2BPETokenizer inputs), so
+one class serves both, backed by Hugging Face ``tokenizers``. ``<|endoftext|>`` is the end-of-document
+token; text that happens to contain that string is encoded as ordinary text (as Megatron and
+tiktoken's ``encode_ordinary`` do).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Iterable
+
+from gptforge.errors import GptforgeError, UsageError
+
+EOD_TOKEN = "<|endoftext|>"
+VOCAB_NAME = "vocab.json"
+MERGES_NAME = "merges.txt"
+KINDS = ("gpt2", "bytelevel")
+
+
+class TokenizerError(GptforgeError):
+    """Tokenizer files are missing or wrong."""
+
+
+class Tokenizer:
+    """Byte-level BPE: ``encode``/``decode``/``encode_batch``, ``vocab_size``, ``eod_id``.
+
+    Files in GPT-2's layout (byte tokens in GPT-2 order, then one new token per merge, which
+    tiktoken's loader verifies) are encoded by tiktoken, about four times faster; any other
+    vocabulary (e.g. one trained here) by Hugging Face ``tokenizers``. ``backend`` forces one.
+    """
+
+    def __init__(self, vocab_file: str | os.PathLike, merge_file: str | os.PathLike, name: str, backend: str = "auto"):
+        for path, flag in ((vocab_file, "--vocab-file"), (merge_file, "--merge-file")):
+            if not Path(path).is_file():
+                raise UsageError(flag, f"{path} not found", "give the path of an existing file")
+        self.name, self.backend = name, backend
+        self.vocab_file, self.merge_file = Path(vocab_file), Path(merge_file)
+        vocab = _read_vocab(self.vocab_file)
+        if EOD_TOKEN not in vocab:
+            raise TokenizerError(f"{vocab_file} has no {EOD_TOKEN} token", "the end-of-document token must be in the vocabulary")
+        self.eod_id: int = vocab[EOD_TOKEN]
+        self.vocab_size: int = len(vocab)
+        self._tiktoken = _tiktoken_encoding(self.vocab_file, self.merge_file, vocab) if backend in ("auto", "tiktoken") else None
+        if backend == "tiktoken" and self._tiktoken is None:
+            raise TokenizerError(f"{vocab_file}: not in GPT-2's layout, tiktoken cannot encode it")
+        self._hf = None if self._tiktoken is not None else _hf_tokenizer(self.vocab_file, self.merge_file)
+        self.engine = "tiktoken" if self._tiktoken is not None else "tokenizers"
+
+    def encode(self, text: str) -> list[int]:
+        if self._tiktoken is not None:
+            return self._tiktoken.encode_ordinary(text)
+        return self._hf.encode(text).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        if self._tiktoken is not None:
+            return [self._tiktoken.encode_ordinary(t) for t in texts]
+        return [e.ids for e in self._hf.encode_batch(texts)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        if self._tiktoken is not None:
+            return self._tiktoken.decode(list(ids))
+        return self._hf.decode(list(ids), skip_special_tokens=False)
+
+    def __getstate__(self):  # picklable for worker processes: reload from the files
+        return {"vocab_file": self.vocab_file, "merge_file": self.merge_file, "name": self.name, "backend": self.backend}
+
+    def __setstate__(self, state):
+        self.__init__(state["vocab_file"], state["merge_file"], state["name"], state["backend"])
+
+
+def _read_vocab(path: Path) -> dict[str, int]:
+    try:
+        vocab = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise TokenizerError(f"{path} is not a JSON vocabulary: {err}") from None
+    if not isinstance(vocab, dict):
+        raise TokenizerError(f"{path} is not a JSON object of token -> id")
+    return vocab
+
+
+def _hf_tokenizer(vocab_file: Path, merge_file: Path):
+    from tokenizers import ByteLevelBPETokenizer
+
+    try:
+        return ByteLevelBPETokenizer.from_file(str(vocab_file), str(merge_file))
+    except Exception as err:  # the library raises plain Exception on malformed files
+        raise TokenizerError(f"cannot load BPE files {vocab_file}, {merge_file}: {err}") from None
+
+
+# GPT-2's pre-tokenizer regex as tiktoken writes it (tiktoken_ext/openai_public.py, r50k_pat_str).
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+
+
+def _tiktoken_encoding(vocab_file: Path, merge_file: Path, vocab: dict[str, int]):
+    """A tiktoken Encoding when the files have GPT-2's layout, else None."""
+    import tiktoken
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+
+    saved = os.environ.get("TIKTOKEN_CACHE_DIR")
+    os.environ["TIKTOKEN_CACHE_DIR"] = ""  # read local files directly; never copy them to a cache
+    try:
+        ranks = data_gym_to_mergeable_bpe_ranks(str(merge_file), str(vocab_file))
+    except (AssertionError, KeyError, ValueError, UnicodeDecodeError):
+        return None
+    finally:
+        if saved is None:
+            os.environ.pop("TIKTOKEN_CACHE_DIR")
+        else:
+            os.environ["TIKTOKEN_CACHE_DIR"] = saved
+    specials = {t: i for t, i in vocab.items() if t in (EOD_TOKEN, "<|startoftext|>")}
+    if len(ranks) + len(specials) != len(vocab):
+        return None
+    return tiktoken.Encoding(
+        vocab_file.stem, pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens=specials, explicit_n_vocab=len(vocab)
+    )
+
+
+def _gpt2_facts() -> dict:
+    return tomllib.loads((Path(__file__).with_name("gpt2_files.toml")).read_text())
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def packaged_gpt2_files() -> tuple[Path, Path]:
+    """The original GPT-2 vocab/merges shipped by a registry package, checked by sha256."""
+    facts = _gpt2_facts()
+    package = facts["package"]
+    spec = importlib.util.find_spec(package["module"])
+    if spec is None or not spec.submodule_search_locations:
+        raise UsageError(
+            "--vocab-file",
+            "no GPT-2 vocabulary given and none installed",
+            f"pass --vocab-file/--merge-file, or pip install {package['name']}=={package['version']}",
+        )
+    root = Path(next(iter(spec.submodule_search_locations)))
+    vocab, merges = root / package["vocab"], root / package["merges"]
+    for path, key in ((vocab, "vocab"), (merges, "merges")):
+        if not path.is_file() or _sha256(path) != facts[key]["sha256"]:
+            raise TokenizerError(f"{path} is not the original GPT-2 {key} file (sha256 differs)")
+    return vocab, merges
+
+
+def is_original_gpt2(vocab_file: Path, merge_file: Path) -> bool:
+    facts = _gpt2_facts()
+    return _sha256(vocab_file) == facts["vocab"]["sha256"] and _sha256(merge_file) == facts["merges"]["sha256"]
+
+
+def load_tokenizer(
+    kind: str,
+    *,
+    tokenizer_dir: str | os.PathLike | None = None,
+    vocab_file: str | os.PathLike | None = None,
+    merge_file: str | os.PathLike | None = None,
+) -> Tokenizer:
+    """Load ``gpt2`` (explicit files, a directory, or the packaged originals) or ``bytelevel`` (a directory)."""
+    if kind not in KINDS:
+        raise UsageError("--tokenizer", f"unknown tokenizer {kind!r}", f"choose one of {', '.join(KINDS)}")
+    if (vocab_file is None) != (merge_file is None):
+        raise UsageError("--vocab-file", "--vocab-file and --merge-file go together", "give both or neither")
+    if vocab_file is None and tokenizer_dir is not None:
+        vocab_file, merge_file = Path(tokenizer_dir) / VOCAB_NAME, Path(tokenizer_dir) / MERGES_NAME
+        if not Path(vocab_file).is_file():
+            raise UsageError("--tokenizer-dir", f"{vocab_file} not found", "the directory must hold vocab.json and merges.txt")
+    if vocab_file is None:
+        if kind == "bytelevel":
+            raise UsageError("--tokenizer-dir", "a bytelevel tokenizer needs its directory", "pass --tokenizer-dir (prepare trains one there when it is empty)")
+        vocab_file, merge_file = packaged_gpt2_files()
+    return Tokenizer(vocab_file, merge_file, kind)
+
+
+def train_bytelevel(texts: Iterable[str], out_dir: str | os.PathLike, *, vocab_size: int = 8192) -> Tokenizer:
+    """Train a byte-level BPE on ``texts`` and save vocab.json + merges.txt in ``out_dir`` (atomically)."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    if vocab_size < 257:
+        raise UsageError("--vocab-size", f"{vocab_size} is too small", "a byte-level BPE needs at least 257 tokens (256 bytes + end of document)")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tok = ByteLevelBPETokenizer()
+    tok.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, special_tokens=[EOD_TOKEN], show_progress=False)
+    tmp = out_dir / f".train-{os.getpid()}"
+    tmp.mkdir(exist_ok=True)
+    tok.save_model(str(tmp))
+    meta = {"kind": "bytelevel", "vocab_size": tok.get_vocab_size(), "eod": EOD_TOKEN}
+    (tmp / "tokenizer_meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    for name in (VOCAB_NAME, MERGES_NAME, "tokenizer_meta.json"):
+        os.replace(tmp / name, out_dir / name)
+    tmp.rmdir()
+    return Tokenizer(out_dir / VOCAB_NAME, out_dir / MERGES_NAME, "bytelevel")
