@@ -1,5 +1,181 @@
-"""CLI for the compat commands (placeholder until implemented: registers nothing)."""
+"""`gptforge compat check` and `gptforge compat recommend`: argument parsing and output only."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from gptforge.cli import group
+from gptforge.errors import UsageError
+
+_CHECK_HELP = """Judge a combination of versions offline (what-if), with the same rules as `gptforge doctor`.
+Give any subset; what is not given is not checked. Exit status: 0 no error, 1 an error, 2 bad input."""
+
+_RECOMMEND_HELP = """Which of gptforge's environments (cpu, cuda-12-6, cuda-12-9, cuda-13-0) fits a machine with
+this driver and these GPUs, and why each other one does not. Exit status 1 when no CUDA environment fits."""
+
+
+def _typed(parse):
+    """An argparse type= that turns the parser's VersionError into a one-line usage error."""
+    from gptforge.compat import VersionError
+
+    def convert(text: str):
+        try:
+            parse(text)
+        except VersionError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+        return text.strip()
+
+    convert.__name__ = getattr(parse, "__name__", "value").removeprefix("parse_")
+    return convert
+
+
+def _gpu(text: str):
+    from gptforge.compat import VersionError, gpu_cc
+
+    try:
+        return gpu_cc(text)
+    except VersionError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _cc(text: str):
+    from gptforge.compat import VersionError, validate_cc
+
+    try:
+        return validate_cc(text)
+    except VersionError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _add_gpu_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gpu", dest="ccs", action="append", type=_gpu, metavar="NAME",
+                        help="a GPU by name, as nvidia-smi prints it ('NVIDIA H100 80GB HBM3', 'A100', 'RTX 4090'); "
+                             "repeat for several")
+    parser.add_argument("--cc", dest="ccs", action="append", type=_cc, metavar="X.Y",
+                        help="a GPU by compute capability (9.0, 8.6, sm_120); repeat for several")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 def register(subparsers, groups) -> None:
-    pass
+    from gptforge.compat import (
+        parse_clang,
+        parse_cuda,
+        parse_cudnn,
+        parse_driver,
+        parse_gcc,
+        parse_nccl,
+        parse_python,
+        parse_torch,
+    )
+    from gptforge.compat.arches import parse_arch_list
+    from gptforge.compat.versions import parse_release
+
+    commands = group(subparsers, groups, "compat", "Check version combinations; pick an environment.")
+
+    check = commands.add_parser("check", help="judge a combination of versions (offline)", description=_CHECK_HELP)
+    check.add_argument("--driver", type=_typed(parse_driver), metavar="V", help="NVIDIA driver, e.g. 580.65.06")
+    _add_gpu_flags(check)
+    check.add_argument("--cuda", type=_typed(parse_cuda), metavar="X.Y",
+                       help="CUDA toolkit (nvcc) that builds extensions, e.g. 12.4")
+    check.add_argument("--torch", type=_typed(parse_torch), metavar="V[+cuXYZ]", help="torch, e.g. 2.11.0+cu130")
+    check.add_argument("--torch-cuda", type=_typed(parse_cuda), metavar="X.Y",
+                       help="CUDA torch was built with (torch.version.cuda), when --torch has no +cuXYZ")
+    check.add_argument("--python", type=_typed(parse_python), metavar="X.Y", help="Python, e.g. 3.12")
+    check.add_argument("--gcc", type=_typed(parse_gcc), metavar="N[.M]", help="host gcc, e.g. 13 or 13.2.0")
+    check.add_argument("--clang", type=_typed(parse_clang), metavar="N[.M]", help="host clang, when it is the host compiler")
+    check.add_argument("--cudnn", type=_typed(parse_cudnn), metavar="V", help="cuDNN, e.g. 9.10.2 (or 91002)")
+    check.add_argument("--nccl", type=_typed(parse_nccl), metavar="V", help="NCCL, e.g. 2.29.7")
+    check.add_argument("--apex", metavar="V", help="apex version or commit (apex's nvcc check applies)")
+    check.add_argument("--deepspeed", type=_typed(lambda v: parse_release(v, "DeepSpeed")), metavar="V",
+                       help="DeepSpeed version (its nvcc and arch-list checks apply)")
+    check.add_argument("--transformer-engine", type=_typed(lambda v: parse_release(v, "TransformerEngine")),
+                       metavar="V", help="TransformerEngine version (its CC/CUDA/cuDNN floor and FP8 apply)")
+    check.add_argument("--torch-arch-list", type=_typed(parse_arch_list), metavar="LIST",
+                       help="arches the torch build has kernels for, e.g. 'sm_80 sm_90' (default: the published build's)")
+    check.add_argument("--arch-list", type=_typed(parse_arch_list), metavar="LIST",
+                       help="the TORCH_CUDA_ARCH_LIST extension builds use, e.g. '9.0a'")
+    check.set_defaults(func=run_check)
+
+    recommend = commands.add_parser("recommend", help="pick the environment that fits a machine",
+                                    description=_RECOMMEND_HELP)
+    recommend.add_argument("--driver", type=_typed(parse_driver), metavar="V", required=True,
+                           help="NVIDIA driver, e.g. 535.104.05 (nvidia-smi)")
+    _add_gpu_flags(recommend)
+    recommend.set_defaults(func=run_recommend)
+
+
+def combination_from_args(args):
+    from gptforge.compat import Combination, parse_cuda, parse_torch
+
+    if args.torch and args.torch_cuda:
+        tagged = parse_torch(args.torch).cuda
+        if tagged and tagged.release != parse_cuda(args.torch_cuda).release:
+            raise UsageError("--torch-cuda", f"{args.torch_cuda} conflicts with --torch {args.torch} "
+                             f"(a CUDA {tagged.release} build)", "drop --torch-cuda or make the two agree")
+    if args.torch and parse_torch(args.torch).is_cpu and args.torch_cuda:
+        raise UsageError("--torch-cuda", f"conflicts with --torch {args.torch} (a CPU build)", "drop one of them")
+    arch_list = args.torch_arch_list.replace(",", " ").replace(";", " ").split() if args.torch_arch_list else None
+    return Combination(
+        driver=args.driver, ccs=tuple(args.ccs) if args.ccs else None, cuda=args.cuda, torch=args.torch,
+        torch_cuda=args.torch_cuda, torch_arch_list=tuple(arch_list) if arch_list else None, python=args.python,
+        gcc=args.gcc, clang=args.clang, cudnn=args.cudnn, nccl=args.nccl, apex=args.apex,
+        deepspeed=args.deepspeed, transformer_engine=args.transformer_engine,
+        torch_cuda_arch_list_env=args.arch_list,
+    )
+
+
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def run_check(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from gptforge.compat import check, is_ok, report_json
+
+    findings = check(combination_from_args(args))
+    if args.json:
+        print(json.dumps(report_json(findings), indent=2))
+        return 0 if is_ok(findings) else 1
+    console = Console()
+    if not findings:
+        console.print("[green]ok[/green]: no problem found in this combination")
+        return 0
+    table = Table(title="gptforge compat check", show_lines=True)
+    for column in ("severity", "code", "problem", "fix"):
+        table.add_column(column, overflow="fold")
+    for finding in findings:
+        severity = finding.severity.value
+        table.add_row(f"[{_STYLE[severity]}]{severity}[/]", finding.code, finding.message, finding.fix)
+    console.print(table)
+    errors = sum(1 for f in findings if f.severity.value == "error")
+    console.print("[green]ok[/green]" if is_ok(findings) else f"[bold red]{errors} error(s)[/]")
+    return 0 if is_ok(findings) else 1
+
+
+def run_recommend(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from gptforge.compat import recommend
+
+    result = recommend(args.driver, args.ccs or ())
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+        return 0 if result.ok else 1
+    console = Console()
+    table = Table(title=f"gptforge environments for driver {args.driver}", show_lines=True)
+    for column in ("environment", "CUDA", "fits", "why"):
+        table.add_column(column, overflow="fold")
+    for verdict in result.verdicts:
+        env = verdict.environment
+        mark = "[green]yes[/]" if verdict.fits else "[red]no[/]"
+        table.add_row(env.name, env.cuda or "-", mark, "\n".join(verdict.reasons) or "no problem found")
+    console.print(table)
+    if result.ok:
+        console.print(f"use [bold]{result.chosen.name}[/]: pixi run -e {result.chosen.name} setup")
+        return 0
+    sys.stderr.write(f"gptforge: {result.reason}\n")
+    return 1

@@ -118,8 +118,9 @@ def _judge(env: Environment, driver: str | None, ccs: tuple[CC, ...]) -> Verdict
         return Verdict(env, True, (note,), ())
     findings = tuple(run_rules(env.combination(driver, ccs), suggest=False))
     errors = [f.message for f in findings if f.severity is Severity.ERROR]
-    if driver and env.min_driver and parse_driver(driver) < parse_driver(env.min_driver):
-        errors.insert(0, f"needs driver >= {env.min_driver}")
+    too_old = any(f.code == "driver-too-old" for f in findings)
+    if driver and env.min_driver and parse_driver(driver) < parse_driver(env.min_driver) and not too_old:
+        errors.insert(0, f"needs driver >= {env.min_driver} (environments.toml)")
     warnings = [f.message for f in findings if f.severity is Severity.WARNING]
     fits = not errors
     return Verdict(env, fits, tuple(errors if errors else warnings), findings)
