@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 from importlib import resources
 from pathlib import Path
@@ -14,6 +15,7 @@ from jsonschema import Draft202012Validator
 
 from conftest import gptforge_executable
 from gptforge.compat.findings import Severity
+from gptforge.doctor import fp8_usable, rule_findings
 from gptforge.doctor.checks import live_findings
 from test_probe import NVCC, TOOLKIT, _real_nvcc_release, conda_like_prefix, needs_cudart, needs_nvcc
 
@@ -198,9 +200,11 @@ def test_rule_two_runtime_majors_in_one_process_is_an_error(machine):
     assert _severity(live_findings(m), "libcudart-multiple") == {Severity.ERROR}
 
 
-def test_rule_cpu_torch_on_a_gpu_machine_is_a_warning(machine):
+def test_rule_cpu_torch_on_a_gpu_machine_is_left_to_the_engine(machine):
     m = _gpu_machine(machine, None, [])
-    assert _severity(live_findings(m), "torch-cpu-only") == {Severity.WARNING}
+    m["torch"]["version"] = "2.13.0+cpu"
+    assert "torch-cpu-only" not in {f.code for f in live_findings(m)}
+    assert "torch-cpu-build" in {f.code for f in rule_findings(m)}
 
 
 def test_rule_nvcc_disagreement(machine):
@@ -210,3 +214,19 @@ def test_rule_nvcc_disagreement(machine):
     m["nvcc"].update(cuda_home=entry, path={**entry, "path": "/usr/bin/nvcc", "version": "13.0"}, agree=False)
     finding = next(f for f in live_findings(m) if f.code == "nvcc-path-disagree")
     assert finding.severity == Severity.WARNING and "12.4" in finding.message and "13.0" in finding.message
+
+
+def test_fp8_usable_follows_the_engine(machine):
+    hopper = _gpu_machine(machine, "13.0", [])
+    assert fp8_usable(hopper, rule_findings(hopper)) is True
+    ampere = copy.deepcopy(hopper)
+    ampere["driver"]["gpus"][0].update(name="NVIDIA A100-SXM4-80GB", compute_capability="8.0")
+    assert fp8_usable(ampere, rule_findings(ampere)) is False
+    assert fp8_usable(machine, []) is (None if not machine["driver"]["gpus"] else True)
+
+
+def test_every_doctor_code_is_documented():
+    source = (REPO / "src" / "gptforge" / "doctor" / "checks.py").read_text()
+    documented = (REPO / "docs" / "doctor.md").read_text()
+    found = set(re.findall(r'Finding\(\s*"([a-z0-9-]+)"', source))
+    assert found and {code for code in found if f"`{code}`" not in documented} == set()

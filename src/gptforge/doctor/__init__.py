@@ -30,12 +30,10 @@ class DoctorReport:
 
 def rule_findings(machine: dict) -> list[Finding]:
     """The compatibility engine's findings for the combination this machine holds."""
-    from gptforge import compat
-    if not hasattr(compat, "check"):  # TEMPORARY until the engine lands
-        return []
+    from gptforge.compat import check
     from gptforge.doctor.combination import combination_from_machine
 
-    return list(compat.check(combination_from_machine(machine)))
+    return list(check(combination_from_machine(machine)))
 
 
 def merge(*groups: list[Finding]) -> list[Finding]:
@@ -48,6 +46,15 @@ def merge(*groups: list[Finding]) -> list[Finding]:
     return sorted(merged, key=lambda f: _ORDER[f.severity])
 
 
+def fp8_usable(machine: dict, rules: list[Finding]) -> bool | None:
+    """The engine's FP8 verdict for the GPUs present (CC >= 8.9, Ada with CUDA >= 12.1); None without a GPU."""
+    if not machine["driver"]["gpus"]:
+        return None
+    return not any(f.code == "fp8-unavailable" for f in rules)
+
+
 def run_doctor(env: dict | None = None) -> DoctorReport:
     machine = probe_machine(env)
-    return DoctorReport(machine, merge(rule_findings(machine), live_findings(machine)))
+    rules = rule_findings(machine)
+    machine["transformer_engine"]["fp8_usable"] = fp8_usable(machine, rules)
+    return DoctorReport(machine, merge(rules, live_findings(machine)))

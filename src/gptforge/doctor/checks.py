@@ -54,9 +54,8 @@ def check_torch(machine: dict) -> list[Finding]:
                         "reinstall torch in this environment; an 'undefined symbol' names the library that "
                         "shadows torch's own (check LD_LIBRARY_PATH)")]
     if not torch["cuda"]:
-        if gpu:
-            return [Finding("torch-cpu-only", W, f"torch {torch['version']} is a CPU-only build on a machine with a GPU",
-                            "install a CUDA build of torch (pixi run setup picks the environment for this driver)")]
+        if gpu:  # the compatibility rules report it as torch-cpu-build (warning), with the environment to use
+            return []
         return [Finding("torch-cpu-only", I, f"torch {torch['version']} is a CPU-only build", "nothing to do without a GPU")]
     if gpu and not torch["cuda_available"]:
         why = f": {torch['cuda_warning']}" if torch["cuda_warning"] else ""

@@ -10,11 +10,6 @@ def _cc(text: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def _base_version(version: str | None) -> str | None:
-    """"2.13.0+cpu" -> "2.13.0"; the CUDA part of a local tag comes from torch.version.cuda instead."""
-    return version.split("+")[0] if version else None
-
-
 def combination_from_machine(machine: dict) -> Combination:
     torch, host = machine["torch"], machine["compilers"]["nvcc_host"]
     if host["path"] is None:
@@ -23,7 +18,7 @@ def combination_from_machine(machine: dict) -> Combination:
         driver=machine["driver"]["driver_version"],
         ccs=tuple(_cc(gpu["compute_capability"]) for gpu in machine["driver"]["gpus"]),
         cuda=machine["nvcc"]["version"],
-        torch=_base_version(torch["version"]),
+        torch=torch["version"],
         torch_cuda=torch["cuda"],
         torch_arch_list=tuple(torch["arch_list"]) if torch["cuda"] else None,
         python=".".join(machine["python"]["version"].split(".")[:2]),
