@@ -22,6 +22,29 @@ from gptforge.build.source import ApexSource, clone, local_source
 from gptforge.build.toolchain import Toolchain
 from gptforge.errors import GptforgeError, UsageError
 
+SUBSET_ENV = "GPTFORGE_APEX_EXTENSIONS"
+# Runs apex's own setup.py with setuptools.setup wrapped to keep only the named ext_modules: the
+# sources, flags and build class stay apex's; only the private copy of the tree is changed.
+SUBSET_SETUP = """\
+import os, runpy, setuptools
+_keep = set(os.environ["GPTFORGE_APEX_EXTENSIONS"].split(","))
+_setup = setuptools.setup
+def _filtered(**kw):
+    found = {e.name for e in kw.get("ext_modules", [])}
+    if _keep - found:
+        raise SystemExit(f"gptforge: apex declares no extension(s) {sorted(_keep - found)}; it declares {sorted(found)}")
+    kw["ext_modules"] = [e for e in kw["ext_modules"] if e.name in _keep]
+    return _setup(**kw)
+setuptools.setup = _filtered
+runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "apex_setup.py"), run_name="__main__")
+"""
+
+
+def install_subset_filter(tree: Path) -> None:
+    os.replace(tree / "setup.py", tree / "apex_setup.py")
+    (tree / "setup.py").write_text(SUBSET_SETUP)
+
+
 PINNED_ENV_TO_FLAG = {"APEX_CPP_EXT": "--cpp_ext", "APEX_CUDA_EXT": "--cuda_ext"}
 
 
@@ -34,6 +57,7 @@ class ApexRequest:
     cache_root: Path | None = None
     force: bool = False
     all_contrib: bool = False
+    extensions: tuple[str, ...] = ()  # a subset of the extensions the flags declare; () = all of them
 
 
 @dataclass
@@ -124,12 +148,17 @@ def plan_apex(req: ApexRequest, tc: Toolchain) -> tuple[ApexPlan, ApexSource | N
         if flags.style != "env":
             raise UsageError("--all-contrib", "this apex predates APEX_ALL_CONTRIB_EXT", "use a newer --ref, or the pinned commit")
         flags = PipFlags({**flags.env, "APEX_ALL_CONTRIB_EXT": "1"}, flags.pip_args, flags.style)
-    expected = list(pin["core_extensions"]) if (source_id == pin["commit"] or commit is None) and not req.all_contrib else []
+    expected = list(req.extensions) or (list(pin["core_extensions"]) if not req.all_contrib else [])
+    if req.extensions:
+        env_extra = {SUBSET_ENV: ",".join(req.extensions)}
+        notes.append(f"only {', '.join(req.extensions)}: setup.py runs under a filter in the private build copy")
+    else:
+        env_extra = {}
     cores, free_gib = jobs.machine_capacity()
     budget = req.jobs or jobs.budget(cores, free_gib)
     n_ext = (len(expected) or len(pin["core_extensions"])) if parallel_ok else 1
     par = jobs.plan_parallelism(budget, n_ext, len(arch.split(";")))
-    env = {**flags.env, "TORCH_CUDA_ARCH_LIST": arch, "MAX_JOBS": str(par.max_jobs)}
+    env = {**flags.env, **env_extra, "TORCH_CUDA_ARCH_LIST": arch, "MAX_JOBS": str(par.max_jobs)}
     if parallel_ok:
         env["APEX_PARALLEL_BUILD"] = str(par.extensions)
     else:
@@ -143,6 +172,7 @@ def plan_apex(req: ApexRequest, tc: Toolchain) -> tuple[ApexPlan, ApexSource | N
     key_inputs = {
         "package": "apex", "source": source_id, "torch": tc.torch_version, "torch_cuda": tc.torch_cuda,
         "python": tc.python_tag, "arch_list": arch, "flags": sorted(CORE_FLAGS) + (["all_contrib"] if req.all_contrib else []),
+        "extensions": sorted(req.extensions),
     }
     key = cache_key(key_inputs)
     pip_cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-cache-dir",
@@ -164,6 +194,8 @@ def build_wheel(plan: ApexPlan, src: ApexSource | None, workdir: Path, log: Path
         src = clone(apex_pin()["repo"], plan.commit, Path(plan.cache_dir).parent / "src" / f"apex-{plan.commit}")
     tree = workdir / "apex"
     shutil.copytree(src.path, tree, ignore=shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__"))
+    if plan.env.get(SUBSET_ENV):
+        install_subset_filter(tree)
     dist = workdir / "dist"
     cmd = [a.replace("<workdir>", str(workdir)) for a in plan.pip_command]
     env = {**os.environ, **plan.env, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
@@ -183,7 +215,7 @@ def install_wheel(wheel: Path) -> None:
                             f"try: {sys.executable} -m pip install --force-reinstall {wheel}")
 
 
-def build_and_install(plan: ApexPlan, src: ApexSource | None, *, force: bool, quiet: bool) -> dict:
+def build_and_install(plan: ApexPlan, src: ApexSource | None, *, force: bool, quiet: bool, install: bool = True) -> dict:
     cache = WheelCache(Path(plan.cache_dir).parent, "apex")
     log = cache.log_path(plan.cache_key)
     announce = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
@@ -195,7 +227,9 @@ def build_and_install(plan: ApexPlan, src: ApexSource | None, *, force: bool, qu
     entry = cache.get_or_build(plan.cache_key, plan.key_inputs, lambda work: build_wheel(plan, src, work, log, quiet),
                                force=force, log=log, on_wait=on_wait)
     announce(f"apex: {'built' if entry.built_here else 'cached'} wheel {entry.wheel}")
-    install_wheel(entry.wheel)
+    if install:
+        install_wheel(entry.wheel)
+        announce(f"apex: installed {entry.wheel.name} into {sys.prefix}")
     return {"wheel": str(entry.wheel), "built": entry.built_here, "entry": str(entry.path),
             "build_seconds": entry.meta.get("build_seconds"), "log": str(entry.path / "build.log")}
 

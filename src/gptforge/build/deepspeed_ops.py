@@ -108,7 +108,7 @@ def plan_deepspeed(ops: list[str], tc: Toolchain, *, src: Path | None, version: 
                          cache_key(key_inputs), key_inputs, notes)
 
 
-def build_and_install(plan: DeepSpeedPlan, *, force: bool, quiet: bool) -> dict:
+def build_and_install(plan: DeepSpeedPlan, *, force: bool, quiet: bool, install: bool = True) -> dict:
     cache = WheelCache(Path(plan.cache_dir).parent, "deepspeed")
     log = cache.log_path(plan.cache_key)
     if not quiet:
@@ -125,7 +125,8 @@ def build_and_install(plan: DeepSpeedPlan, *, force: bool, quiet: bool) -> dict:
         return wheels[0]
 
     entry = cache.get_or_build(plan.cache_key, plan.key_inputs, build, force=force, log=log)
-    install_wheel(entry.wheel)
+    if install:
+        install_wheel(entry.wheel)
     return {"wheel": str(entry.wheel), "built": entry.built_here, "entry": str(entry.path),
             "build_seconds": entry.meta.get("build_seconds")}
 

@@ -14,11 +14,13 @@ from gptforge.compat.findings import Finding, Severity
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
-def combination(tc: Toolchain, *, apex: str | None = None, deepspeed: str | None = None):
+def combination(tc: Toolchain, *, apex: str | None = None, deepspeed: str | None = None,
+                transformer_engine: str | None = None):
     ccs = tuple(tuple(int(part) for part in cc.split(".")) for cc in tc.ccs) or None
     return compat.Combination(driver=tc.driver, ccs=ccs, cuda=tc.nvcc_version, torch=tc.torch_version,
                               torch_cuda=tc.torch_cuda, gcc=tc.gcc_version if tc.gcc_kind == "gcc" else None,
-                              clang=tc.gcc_version if tc.gcc_kind == "clang" else None, apex=apex, deepspeed=deepspeed)
+                              clang=tc.gcc_version if tc.gcc_kind == "clang" else None, apex=apex, deepspeed=deepspeed,
+                              transformer_engine=transformer_engine, torch_arch_list=tc.torch_arch_list or None)
 
 
 def _engine(tc: Toolchain, **pkg) -> list[Finding]:
@@ -51,16 +53,11 @@ def toolchain_findings(tc: Toolchain) -> list[Finding]:
 
 
 def apex_findings(tc: Toolchain, apex_ref: str | None = None) -> list[Finding]:
-    """Everything that would make apex's setup.py fail, before it starts."""
+    """Everything that would make apex's setup.py fail, before it starts (apex's exact nvcc == torch CUDA
+    rule is the engine's ``apex-nvcc-mismatch``; a major difference is also ``nvcc-torch-mismatch``)."""
     out = toolchain_findings(tc)
-    engine = _engine(tc, apex=apex_ref or "pinned") if tc.torch_cuda and tc.nvcc_version else []
-    out += engine
-    codes = {f.code for f in out}
-    if tc.torch_cuda and tc.nvcc_version and tc.torch_cuda != tc.nvcc_version and "nvcc-torch-mismatch" not in codes:
-        # apex's check_cuda_torch_binary_vs_bare_metal rejects any major.minor difference.
-        out.append(Finding("nvcc-torch-mismatch", ERROR,
-                           f"nvcc {tc.nvcc_version} != torch's CUDA {tc.torch_cuda}; apex's setup.py rejects any major.minor mismatch",
-                           f"use CUDA toolkit {tc.torch_cuda} (CUDA_HOME=/usr/local/cuda-{tc.torch_cuda}) or a torch built for CUDA {tc.nvcc_version}"))
+    if tc.torch_cuda and tc.nvcc_version:
+        out += _engine(tc, apex=apex_ref or "pinned")
     return _dedupe(out)
 
 
@@ -88,9 +85,9 @@ def transformer_engine_findings(tc: Toolchain) -> list[Finding]:
         return [Finding("te-import-failed", ERROR, f"TransformerEngine {te['version']} does not import: {te['import_error']}",
                         "reinstall it against this torch: pip install --no-build-isolation --force-reinstall 'transformer_engine[pytorch]'")]
     found = [Finding("te-ok", INFO, f"TransformerEngine {te['version']} imports")]
-    fp8 = compat.fp8_support(tc.ccs, tc.torch_cuda) if hasattr(compat, "fp8_support") else None
-    if fp8 is not None:
-        found += list(fp8)
+    if tc.ccs and tc.torch_cuda:
+        fp8 = [f for f in _engine(tc, transformer_engine=te["version"]) if f.code.startswith("fp8")]
+        found += fp8 or [Finding("te-fp8-ready", INFO, f"FP8 can run on the GPUs present (CC {', '.join(tc.ccs)})")]
     return found
 
 

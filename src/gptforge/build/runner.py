@@ -105,8 +105,14 @@ def _note(console: Console, text: str) -> None:
         pass
 
 
+PY_EXCEPTION = re.compile(r"^\s*(\w+(?:Error|Exception)|CUDAMismatchException): ")
+COMPILE_ERROR = re.compile(r"(\berror\b:|fatal error|FAILED: |undefined reference)")
+
+
 def last_error(log: Path) -> str:
-    lines = log.read_text(errors="replace").splitlines()
-    keys = ("error", "Error", "RuntimeError", "fatal")
-    hits = [ln.strip() for ln in lines if any(k in ln for k in keys)]
-    return (hits[-1] if hits else (lines[-1].strip() if lines else "no output"))[:400]
+    """The most telling line of a failed build: a Python exception, else the first compiler error."""
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines()]
+    python = [ln for ln in lines if PY_EXCEPTION.match(ln)]
+    compiler = [ln for ln in lines if COMPILE_ERROR.search(ln) and "subprocess-exited-with-error" not in ln]
+    pick = python[-1] if python else (compiler[0] if compiler else (lines[-1] if lines else "no output"))
+    return pick[:400]

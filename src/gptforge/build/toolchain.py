@@ -20,11 +20,19 @@ class Toolchain:
     gcc_version: str | None  # the host compiler nvcc uses
     gcc_kind: str | None
     ccs: tuple[str, ...] = ()  # compute capabilities of the GPUs present
+    torch_arch_list: tuple[str, ...] = ()  # torch.cuda.get_arch_list()
     driver: str | None = None
     python_tag: str = field(default_factory=lambda: python_abi_tag())
 
     def with_overrides(self, **changes) -> "Toolchain":
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def as_if_torch_cuda(self, cuda: str | None) -> "Toolchain":
+        """What-if: this torch version built for CUDA ``cuda`` (its local tag, e.g. +cpu, dropped)."""
+        if not cuda:
+            return self
+        version = self.torch_version.split("+")[0] if self.torch_version else None
+        return replace(self, torch_cuda=cuda, torch_version=version, torch_arch_list=())
 
     def cuda_home_has(self, relative: str) -> bool:
         return bool(self.cuda_home) and (Path(self.cuda_home) / relative).exists()
@@ -36,6 +44,20 @@ def python_abi_tag() -> str:
 
     tag = next(tags.sys_tags())
     return f"{tag.interpreter}-{tag.abi}-{sysconfig.get_platform().replace('-', '_').replace('.', '_')}"
+
+
+def complete_toolkit_root(nvcc: dict) -> str | None:
+    """A CUDA root with bin/nvcc and include/cuda_runtime.h, as the nvcc binaries found resolve it."""
+    candidates = []
+    for found in (nvcc["cuda_home"], nvcc["path"]):
+        if found:
+            candidates.append(found.get("toolkit_root"))
+            if found.get("real_path"):
+                candidates.append(os.path.dirname(os.path.dirname(found["real_path"])))
+    for root in filter(None, candidates):
+        if os.path.isfile(os.path.join(root, "bin", "nvcc")) and os.path.isfile(os.path.join(root, "include", "cuda_runtime.h")):
+            return root
+    return None
 
 
 def probe_toolchain(env: dict | None = None) -> Toolchain:
@@ -54,7 +76,8 @@ def probe_toolchain(env: dict | None = None) -> Toolchain:
     home, source = cuda_home_setting(env)
     return Toolchain(
         torch_version=torch["version"], torch_cuda=torch["cuda"], nvcc_version=nvcc["version"],
-        nvcc_toolkit_root=(used or {}).get("toolkit_root"), cuda_home=home, cuda_home_source=source,
+        nvcc_toolkit_root=complete_toolkit_root(nvcc), cuda_home=home, cuda_home_source=source,
         gcc_version=host["version"], gcc_kind=host["kind"],
-        ccs=tuple(g["compute_capability"] for g in nvml["gpus"]), driver=nvml["driver_version"],
+        ccs=tuple(g["compute_capability"] for g in nvml["gpus"]), torch_arch_list=tuple(torch["arch_list"]),
+        driver=nvml["driver_version"],
     )

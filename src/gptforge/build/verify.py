@@ -114,8 +114,10 @@ def check_apex_adam() -> dict:
 def verify_apex(modules: list[str]) -> list[dict]:
     results = check_imports(modules)
     if all(r["ok"] for r in results):
-        results += check_layer_norm()
-        results.append(check_apex_adam())
+        if "fused_layer_norm_cuda" in modules:
+            results += check_layer_norm()
+        if "amp_C" in modules:
+            results.append(check_apex_adam())
     return results
 
 

@@ -30,6 +30,8 @@ def register(subparsers, groups) -> None:
     source.add_argument("--src", type=Path, metavar="DIR", help="an apex source tree (default: git clone of the pinned commit)")
     source.add_argument("--ref", metavar="COMMIT", help="build this apex commit instead of the pinned one (git clone)")
     apex.add_argument("--all-contrib", action="store_true", help="also build every apex.contrib extension (slow)")
+    apex.add_argument("--extensions", metavar="A,B", help="build only these extension modules, e.g. "
+                      "apex_C,amp_C,fused_layer_norm_cuda (default: all that the flags declare)")
     _common(apex)
     apex.add_argument("--verify-only", action="store_true",
                       help="only check the installed apex: extensions import, FusedAdam/FusedLayerNorm match torch")
@@ -54,6 +56,8 @@ def _common(p) -> None:
     p.add_argument("--cache", type=Path, metavar="DIR", help="wheel cache, may be shared by nodes "
                    "(default: $GPTFORGE_CACHE or ~/.cache/gptforge/wheels)")
     p.add_argument("--force", action="store_true", help="rebuild even when the cache has this wheel")
+    p.add_argument("--no-install", action="store_true", help="only make sure the cache holds the wheel (e.g. on a "
+                   "build node filling a shared cache); implies --no-verify")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the preflight, build nothing")
     p.add_argument("--torch-cuda", metavar="X.Y", help="judge and plan as if torch were built with this CUDA "
                    "(what-if for a torch not installed yet)")
@@ -70,7 +74,7 @@ def _positive(text: str) -> int:
 def _toolchain(args):
     from gptforge.build.toolchain import probe_toolchain
 
-    return probe_toolchain().with_overrides(torch_cuda=args.torch_cuda)
+    return probe_toolchain().as_if_torch_cuda(args.torch_cuda)
 
 
 def _print_findings(findings: list[Finding]) -> None:
@@ -113,13 +117,15 @@ def run_apex(args) -> int:
     tc = _toolchain(args)
     findings = preflight.apex_findings(tc, args.ref) + preflight.transformer_engine_findings(tc)
     req = apex.ApexRequest(src=args.src, ref=args.ref, arch=args.arch, jobs=args.jobs, cache_root=args.cache,
-                           force=args.force, all_contrib=args.all_contrib)
+                           force=args.force, all_contrib=args.all_contrib,
+                           extensions=tuple(e.strip() for e in (args.extensions or "").split(",") if e.strip()))
     try:
         plan, src = apex.plan_apex(req, tc)
     except UsageError:
         if is_ok(findings):
             raise
-        _print_findings(findings)  # the toolchain is the first problem; the plan can wait
+        if not args.json:
+            _print_findings(findings)  # the toolchain is the first problem; the plan can wait
         return _finish(args, {"ok": False, "findings": [f.to_json() for f in findings]}, False)
     payload = {"plan": plan.to_json(), "findings": [f.to_json() for f in findings]}
     if not args.json:
@@ -131,11 +137,11 @@ def run_apex(args) -> int:
         return _finish(args, {"ok": False, **payload}, False)
     if args.dry_run:
         return _finish(args, {"ok": True, **payload}, True)
-    result = apex.build_and_install(plan, src, force=args.force, quiet=args.json)
+    result = apex.build_and_install(plan, src, force=args.force, quiet=args.json, install=not args.no_install)
     payload["result"] = result
     ok = True
-    if not args.no_verify:
-        report = _verify("apex", ["--modules", modules])
+    if not (args.no_verify or args.no_install):
+        report = _verify("apex", ["--modules", ",".join(plan.expected_extensions) or modules])
         payload["verify"], ok = report, report["ok"]
         if not args.json:
             _print_verify(report)
@@ -165,9 +171,10 @@ def run_deepspeed(args) -> int:
         return _finish(args, {"ok": False, **payload}, False)
     if args.dry_run:
         return _finish(args, {"ok": True, **payload}, True)
-    payload["result"] = deepspeed_ops.build_and_install(plan, force=args.force, quiet=args.json)
+    payload["result"] = deepspeed_ops.build_and_install(plan, force=args.force, quiet=args.json,
+                                                        install=not args.no_install)
     ok = True
-    if not args.no_verify:
+    if not (args.no_verify or args.no_install):
         report = _verify("deepspeed", ["--ops", ",".join(ops)])
         payload["verify"], ok = report, report["ok"]
         if not args.json:

@@ -1,0 +1,150 @@
+"""`gptforge build apex|deepspeed-ops` through the installed entry point, on this CPU machine with its
+real nvcc (CUDA_HOME) and CPU torch; a torch CUDA version is simulated with --torch-cuda (the
+preflight's input), never by mocking nvcc."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+CUDA_HOME = os.environ.get("GPTFORGE_TEST_CUDA_HOME", "/usr/local/cuda")
+needs_nvcc = pytest.mark.skipif(not Path(CUDA_HOME, "bin", "nvcc").exists(),
+                                reason=f"no CUDA toolkit at {CUDA_HOME} (set GPTFORGE_TEST_CUDA_HOME)")
+PINNED = "6424da3b4faa6c8f062da4a48c424fff3f02d42d"
+
+
+def _env(tmp_path) -> dict:
+    return {"CUDA_HOME": CUDA_HOME, "GPTFORGE_CACHE": str(tmp_path / "cache")}
+
+
+def _json(proc) -> dict:
+    return json.loads(proc.stdout)
+
+
+def _codes(report: dict) -> dict:
+    return {f["code"]: f for f in report["findings"]}
+
+
+@needs_nvcc
+def test_cpu_torch_is_reported_with_a_fix(cli, tmp_path):
+    proc = cli("build", "apex", "--arch", "9.0", env=_env(tmp_path))
+    assert proc.returncode == 1
+    assert "[torch-no-cuda] torch has no CUDA" in proc.stderr
+    assert "fix: install a CUDA build of torch" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    report = _json(cli("build", "apex", "--arch", "9.0", "--json", env=_env(tmp_path)))
+    assert report["ok"] is False and _codes(report)["torch-no-cuda"]["severity"] == "error"
+    assert not (tmp_path / "cache" / "apex").exists(), "a failed preflight builds and writes nothing"
+
+
+@needs_nvcc
+def test_torch_cuda_12_8_against_real_nvcc_13_is_a_mismatch(cli, tmp_path):
+    proc = cli("build", "apex", "--arch", "9.0", "--torch-cuda", "12.8", "--json", env=_env(tmp_path))
+    assert proc.returncode == 1
+    codes = _codes(_json(proc))
+    assert codes["nvcc-torch-mismatch"]["severity"] == "error"
+    assert "13.0" in codes["nvcc-torch-mismatch"]["message"] and "12.8" in codes["nvcc-torch-mismatch"]["message"]
+    assert codes["nvcc-torch-mismatch"]["fix"]
+    assert codes["apex-nvcc-mismatch"]["severity"] == "error"  # apex refuses even a minor difference
+
+
+@needs_nvcc
+def test_minor_mismatch_is_fatal_for_apex_only(cli, tmp_path):
+    report = _json(cli("build", "apex", "--arch", "9.0", "--torch-cuda", "13.2", "--json", env=_env(tmp_path)))
+    assert _codes(report)["apex-nvcc-mismatch"]["severity"] == "error"
+    assert report["ok"] is False
+
+
+@needs_nvcc
+def test_incomplete_cuda_home_points_at_the_real_toolkit(cli, tmp_path):
+    fake = tmp_path / "cuda"
+    (fake / "bin").mkdir(parents=True)
+    (fake / "bin" / "nvcc").symlink_to(Path(CUDA_HOME, "bin", "nvcc").resolve())
+    proc = cli("build", "apex", "--arch", "9.0", "--torch-cuda", "13.0", "--json",
+               env={**_env(tmp_path), "CUDA_HOME": str(fake)})
+    finding = _codes(_json(proc))["cuda-home-incomplete"]
+    assert "include/cuda_runtime.h" in finding["message"]
+    assert finding["fix"].startswith("export CUDA_HOME=")
+    assert proc.returncode == 1
+
+
+@needs_nvcc
+def test_dry_run_plans_the_pinned_commit(cli, tmp_path):
+    proc = cli("build", "apex", "--dry-run", "--arch", "9.0a", "--torch-cuda", "13.0", "--jobs", "16", "--json",
+               env=_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    plan = _json(proc)["plan"]
+    assert plan["commit"] == PINNED and plan["source"].startswith("git https://github.com/NVIDIA/apex.git")
+    assert plan["arch_list"] == "9.0a"
+    assert plan["flag_style"] == "env"
+    env = plan["env"]
+    assert env["APEX_CPP_EXT"] == env["APEX_CUDA_EXT"] == "1"
+    assert env["TORCH_CUDA_ARCH_LIST"] == "9.0a"
+    assert (env["APEX_PARALLEL_BUILD"], env["MAX_JOBS"]) == ("12", "8")
+    assert "--no-build-isolation" in plan["pip_command"]
+    assert len(plan["cache_key"]) == 20 and plan["key_inputs"]["source"] == PINNED
+    assert {"apex_C", "amp_C", "fused_layer_norm_cuda"} <= set(plan["expected_extensions"])
+    assert not (tmp_path / "cache").exists(), "a dry run fetches and writes nothing"
+    again = _json(cli("build", "apex", "--dry-run", "--arch", "9.0a", "--torch-cuda", "13.0", "--jobs", "16", "--json",
+                      env=_env(tmp_path)))
+    assert again["plan"]["cache_key"] == plan["cache_key"]
+    other = _json(cli("build", "apex", "--dry-run", "--arch", "9.0", "--torch-cuda", "13.0", "--json", env=_env(tmp_path)))
+    assert other["plan"]["cache_key"] != plan["cache_key"]
+
+
+@needs_nvcc
+def test_dry_run_human_plan_names_every_part(cli, tmp_path):
+    proc = cli("build", "apex", "--dry-run", "--arch", "9.0", "--torch-cuda", "13.0", env=_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    for part in ("source:", "commit:", "arch list:", "jobs:", "flags:", "env:", "command:", "cache:"):
+        assert part in proc.stdout
+
+
+@needs_nvcc
+@pytest.mark.skipif(not os.environ.get("GPTFORGE_APEX_SRC"), reason="set GPTFORGE_APEX_SRC to an apex checkout")
+def test_dry_run_reads_a_local_source(cli, tmp_path):
+    src = Path(os.environ["GPTFORGE_APEX_SRC"])
+    plan = _json(cli("build", "apex", "--dry-run", "--src", str(src), "--arch", "9.0", "--torch-cuda", "13.0", "--json",
+                     "--extensions", "apex_C,amp_C,fused_layer_norm_cuda", env=_env(tmp_path)))["plan"]
+    assert plan["source"] == f"--src {src.resolve()}"
+    assert plan["source_id"] == (plan["commit"] or plan["source_id"])
+    assert plan["env"]["GPTFORGE_APEX_EXTENSIONS"] == "apex_C,amp_C,fused_layer_norm_cuda"
+    assert plan["expected_extensions"] == ["apex_C", "amp_C", "fused_layer_norm_cuda"]
+
+
+@needs_nvcc
+def test_deepspeed_gets_an_arch_list_its_parser_accepts(cli, tmp_path):
+    proc = cli("build", "deepspeed-ops", "--dry-run", "--version", "0.19.8", "--arch", "9.0a", "--torch-cuda", "13.0",
+               "--ops", "fused_adam", "--json", env={**_env(tmp_path), "TORCH_CUDA_ARCH_LIST": "9.0a"})
+    assert proc.returncode == 0, proc.stderr
+    plan = _json(proc)["plan"]
+    assert plan["arch_list"] == "9.0" and plan["env"]["TORCH_CUDA_ARCH_LIST"] == "9.0"
+    assert plan["env"]["DS_BUILD_FUSED_ADAM"] == "1" and plan["env"]["DS_BUILD_OPS"] == "0"
+    assert "DS_BUILD_CPU_ADAM" not in plan["env"]
+
+
+@needs_nvcc
+def test_deepspeed_reports_a_cuda_home_without_lib64(cli, tmp_path):
+    fake = tmp_path / "cuda"
+    (fake / "bin").mkdir(parents=True)
+    (fake / "include").mkdir()
+    (fake / "bin" / "nvcc").symlink_to(Path(CUDA_HOME, "bin", "nvcc").resolve())
+    (fake / "include" / "cuda_runtime.h").symlink_to(Path(CUDA_HOME, "include", "cuda_runtime.h").resolve())
+    proc = cli("build", "deepspeed-ops", "--dry-run", "--version", "0.19.8", "--arch", "9.0", "--torch-cuda", "13.0",
+               "--json", env={**_env(tmp_path), "CUDA_HOME": str(fake)})
+    assert proc.returncode == 1
+    assert "gptforge fix-links" in _codes(_json(proc))["cuda-home-no-lib64"]["fix"]
+
+
+def test_bad_usage_is_one_line_exit_2(cli, tmp_path):
+    proc = cli("build", "apex", "--arch", "nine", "--torch-cuda", "13.0", "--dry-run", env=_env(tmp_path))
+    assert proc.returncode in (1, 2)
+    bad_ops = cli("build", "deepspeed-ops", "--ops", "warp_drive", "--dry-run", env=_env(tmp_path))
+    assert bad_ops.returncode == 2 and "--ops: unknown op(s) warp_drive" in bad_ops.stderr
+    assert len(bad_ops.stderr.strip().splitlines()) == 1
+    bad_src = cli("build", "apex", "--src", str(tmp_path), "--dry-run", "--torch-cuda", "13.0", env=_env(tmp_path))
+    assert bad_src.returncode == 2 and "is not an apex source tree" in bad_src.stderr
