@@ -88,6 +88,7 @@ class CudnnRow:
     cc_min: tuple[int, int]
     cc_max: tuple[int, int]
     source: str
+    cuda_text: str = ""
 
 
 @dataclass
@@ -213,9 +214,9 @@ def _load_torch(facts: Facts) -> None:
 def _load_cudnn(facts: Facts) -> None:
     rows = []
     for row in load_table("cudnn.toml")["cudnn"]:
-        cuda = frozenset(key for spec in row["cuda"] for key in _cuda_range(spec))
+        cuda = frozenset(key for spec in row["cuda"] for key in _cuda_range(spec) if key not in facts.missing_cuda)
         low, high = (parse_arch(c).cc for c in row["cc"])
-        rows.append(CudnnRow(frozenset(row["versions"]), cuda, low, high, row["source"]))
+        rows.append(CudnnRow(frozenset(row["versions"]), cuda, low, high, row["source"], ", ".join(row["cuda"])))
     facts.cudnn = tuple(rows)
 
 

@@ -271,21 +271,19 @@ def rule_cudnn(ctx: Context, suggest: bool) -> Iterator[Finding]:
 
 def _cudnn_vs_cuda(ctx: Context) -> Iterator[Finding]:
     row = ctx.facts.cudnn_row(ctx.cudnn)
-    cuda = ctx.torch_cuda or ctx.nvcc
     if not row:
         return
-    if cuda:
-        key = (cuda.major, cuda.minor)
-        majors = {major for major, _ in row.cuda}
-        listed = ", ".join(f"{a}.{b}" for a, b in sorted(row.cuda))
+    listed = row.cuda_text
+    majors = {major for major, _ in row.cuda}
+    for who, cuda in ctx.cuda_versions():
         if cuda.major not in majors:
             yield Finding("cudnn-cuda-mismatch", E,
-                          f"cuDNN {ctx.cudnn} has no build for CUDA {cuda.major}.x (its builds: {listed})",
+                          f"cuDNN {ctx.cudnn} has no build for CUDA {cuda.major}.x ({who}; its builds: {listed})",
                           f"install the cuDNN {ctx.cudnn.major} build for CUDA {cuda.major} "
                           f"(e.g. nvidia-cudnn-cu{cuda.major}) or a cuDNN that supports CUDA {cuda.release}")
-        elif key not in row.cuda:
+        elif (cuda.major, cuda.minor) not in row.cuda:
             yield Finding("cudnn-cuda-mismatch", W,
-                          f"cuDNN {ctx.cudnn}'s support matrix lists CUDA {listed}, not {cuda.release}",
+                          f"cuDNN {ctx.cudnn}'s support matrix lists CUDA {listed}, not {cuda.release} ({who})",
                           "use a cuDNN release whose support matrix lists this CUDA")
     for cc in ctx.ccs:
         if not row.cc_min <= cc <= row.cc_max:
@@ -305,7 +303,9 @@ def _cudnn_vs_torch(ctx: Context) -> Iterator[Finding]:
                       "('cuDNN version incompatibility')",
                       f"remove the other cuDNN from LD_LIBRARY_PATH so torch loads its own cuDNN {want}")
     elif have.release[:2] < want.release[:2]:
-        yield Finding("cudnn-torch-mismatch", W,
+        # torch refuses an older runtime minor for cuDNN 8 ("compiled against (8, 3, 2) but linked
+        # against (8, 0, 3)"); for cuDNN 9 the tables have no such report, so it is only a warning.
+        yield Finding("cudnn-torch-mismatch", E if want.major < 9 else W,
                       f"torch {ctx.torch} ships cuDNN {want}; the older cuDNN {have} is loaded instead",
                       "remove the older cuDNN from LD_LIBRARY_PATH")
 
@@ -319,7 +319,7 @@ def _fp8_blocker(ctx: Context, cc: CC) -> str | None:
     if cc < (cc_min.major, cc_min.minor):
         return f"CC {_cc(cc)} has no FP8 tensor cores (needs {spec['cc_min']}+)"
     ada = parse_cuda(spec["ada_cc"])
-    cuda = ctx.torch_cuda or ctx.nvcc
+    cuda = ctx.torch_cuda  # FP8 runs through torch's CUDA runtime
     ada_min = parse_cuda(spec["ada_cuda_min"])
     if cc == (ada.major, ada.minor) and cuda and cuda.release < ada_min:
         return f"FP8 on Ada (CC {spec['ada_cc']}) needs CUDA >= {ada_min}, not {cuda.release}"
@@ -342,11 +342,11 @@ def rule_transformer_engine(ctx: Context, suggest: bool) -> Iterator[Finding]:
     spec = ctx.facts.extensions["transformer_engine"]
     cc_min = parse_cuda(spec["cc_min"])
     reasons = [f"CC {_cc(cc)} is below {spec['cc_min']}" for cc in ctx.ccs if cc < (cc_min.major, cc_min.minor)]
-    cuda = ctx.torch_cuda or ctx.nvcc
-    if cuda and cuda.release < parse_cuda(spec["cuda_min"]):
-        reasons.append(f"CUDA {cuda.release} is below {spec['cuda_min']}")
-    if cuda and any(cc[0] >= 10 for cc in ctx.ccs) and cuda.release < parse_cuda(spec["cuda_min_blackwell"]):
-        reasons.append(f"Blackwell needs CUDA >= {spec['cuda_min_blackwell']}")
+    for who, cuda in ctx.cuda_versions():
+        if cuda.release < parse_cuda(spec["cuda_min"]):
+            reasons.append(f"{who} is below {spec['cuda_min']}")
+        if any(cc[0] >= 10 for cc in ctx.ccs) and cuda.release < parse_cuda(spec["cuda_min_blackwell"]):
+            reasons.append(f"Blackwell needs CUDA >= {spec['cuda_min_blackwell']} ({who})")
     if ctx.cudnn and not _at_least(ctx.cudnn, Version(spec["cudnn_min"])):
         reasons.append(f"cuDNN {ctx.cudnn} is below {spec['cudnn_min']}")
     if ctx.torch and ctx.torch.version < Version(spec["torch_min"]):

@@ -1,0 +1,105 @@
+"""`gptforge compat check` / `compat recommend` through the installed entry point."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def check_json(cli, *args):
+    result = cli("compat", "check", *args, "--json")
+    return result, json.loads(result.stdout)
+
+
+def test_acceptance_driver_too_old_names_a_cuda12_environment(cli):
+    result, report = check_json(cli, "--driver", "535.104.05", "--cc", "9.0", "--torch", "2.11.0+cu130")
+    assert result.returncode == 1
+    assert report["ok"] is False
+    (finding,) = [f for f in report["findings"] if f["code"] == "driver-too-old"]
+    assert finding["severity"] == "error"
+    assert "pixi run -e cuda-12-" in finding["fix"]
+    # and the table output says the same
+    table = cli("compat", "check", "--driver", "535.104.05", "--cc", "9.0", "--torch", "2.11.0+cu130")
+    assert table.returncode == 1 and "driver-too-old" in table.stdout
+
+
+def test_acceptance_h100_cuda_12_4_gcc_13_is_ok(cli):
+    result = cli("compat", "check", "--driver", "550.54.14", "--cc", "9.0", "--cuda", "12.4", "--gcc", "13")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok" in result.stdout
+
+
+def test_acceptance_volta_on_cuda_13(cli):
+    result, report = check_json(cli, "--cc", "7.0", "--cuda", "13.0")
+    assert result.returncode == 1
+    assert "gpu-arch-unsupported" in {f["code"] for f in report["findings"]}
+
+
+def test_acceptance_gcc_14_on_cuda_12_6(cli):
+    result, report = check_json(cli, "--cuda", "12.6", "--gcc", "14")
+    assert result.returncode == 1
+    assert [f["code"] for f in report["findings"]] == ["gcc-unsupported"]
+
+
+def test_json_shape(cli):
+    _, report = check_json(cli, "--gpu", "NVIDIA H100 80GB HBM3", "--torch", "2.13.0+cu126", "--python", "3.9")
+    assert set(report) == {"ok", "findings"}
+    for finding in report["findings"]:
+        assert set(finding) == {"code", "severity", "message", "fix"}
+        assert finding["severity"] in {"error", "warning", "info"}
+    assert "python-unsupported" in {f["code"] for f in report["findings"]}
+
+
+def test_gpu_names_and_ccs_combine(cli):
+    result, report = check_json(cli, "--gpu", "A100-SXM4-40GB", "--cc", "12.0", "--torch", "2.6.0+cu124")
+    assert result.returncode == 1
+    (finding,) = [f for f in report["findings"] if f["code"] == "gpu-arch-not-in-torch"]
+    assert "12.0" in finding["message"]
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [(["--driver", "banana"], "--driver"), (["--cc", "99.1"], "--cc"), (["--gpu", "Radeon RX 7900"], "--gpu"),
+     (["--torch", "2.11.0+cu130", "--torch-cuda", "12.8"], "--torch-cuda"), (["--gcc", "gcc-13"], "--gcc"),
+     (["--cuda", "twelve"], "--cuda"), (["--torch", "latest"], "--torch"), (["--python", "2.7"], "--python")],
+)
+def test_bad_input_is_one_line_exit_2(cli, args, flag):
+    result = cli("compat", "check", *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.stdout == ""
+
+
+def test_recommend(cli):
+    result = cli("compat", "recommend", "--driver", "580.65.06", "--gpu", "H100", "--json")
+    assert result.returncode == 0
+    report = json.loads(result.stdout)
+    assert report["environment"] == "cuda-13-0" and report["setup"] == "pixi run -e cuda-13-0 setup"
+    assert {e["name"] for e in report["environments"]} == {"cpu", "cuda-12-6", "cuda-12-9", "cuda-13-0"}
+    table = cli("compat", "recommend", "--driver", "535.104.05", "--cc", "7.0")
+    assert table.returncode == 0 and "pixi run -e cuda-12-6 setup" in table.stdout
+
+
+def test_recommend_exits_1_with_the_reason_when_nothing_fits(cli):
+    result = cli("compat", "recommend", "--driver", "470.82.01", "--cc", "8.0")
+    assert result.returncode == 1
+    assert "no CUDA environment fits" in result.stderr and "525.60.13" in result.stderr
+    report = json.loads(cli("compat", "recommend", "--driver", "470.82.01", "--cc", "8.0", "--json").stdout)
+    assert report["ok"] is False and report["environment"] is None
+
+
+@pytest.mark.parametrize("args", [["compat", "recommend"], ["compat", "recommend", "--driver", "x"]])
+def test_recommend_usage_errors(cli, args):
+    result = cli(*args)
+    assert result.returncode == 2 and "--driver" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_help_explains(cli):
+    result = cli("compat", "check", "--help")
+    assert result.returncode == 0
+    for flag in ("--driver", "--gpu", "--cc", "--cuda", "--torch", "--torch-cuda", "--python", "--gcc", "--cudnn",
+                 "--json"):
+        assert flag in result.stdout

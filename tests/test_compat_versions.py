@@ -1,0 +1,184 @@
+"""Version parsing: every pasted form is read, and the canonical form round-trips."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gptforge.compat import (
+    CudaVersion,
+    DriverVersion,
+    VersionError,
+    format_cc,
+    gpu_cc,
+    parse_arch,
+    parse_cc,
+    parse_cuda,
+    parse_cudnn,
+    parse_driver,
+    parse_gcc,
+    parse_python,
+    parse_torch,
+    validate_cc,
+)
+from gptforge.compat.arches import Arch, parse_arch_list
+from gptforge.compat.facts import facts
+from gptforge.compat.gpus import _table
+
+FAST = settings(max_examples=150, deadline=None)
+
+drivers = st.builds(
+    lambda major, minor, patch, n: DriverVersion((major, minor, patch)[:n]),
+    st.integers(100, 999), st.integers(0, 199), st.integers(0, 99), st.integers(1, 3),
+)
+cudas = st.builds(CudaVersion, st.integers(7, 19), st.integers(0, 9), st.none() | st.integers(0, 9))
+gcc_versions = st.lists(st.integers(0, 40), min_size=1, max_size=3).map(
+    lambda parts: ".".join(str(p) for p in [max(parts[0], 3)] + parts[1:]))
+
+
+# --- law: parsing round-trips, format by format ------------------------------------------------
+
+@FAST
+@given(drivers)
+def test_driver_round_trips(driver):
+    assert parse_driver(str(driver)) == driver
+    assert str(parse_driver(str(driver))) == str(driver)
+
+
+@FAST
+@given(cudas)
+def test_cuda_round_trips_dotted_tag_and_encoded(cuda):
+    assert parse_cuda(str(cuda)) == cuda
+    assert parse_cuda(cuda.tag) == cuda.release
+    assert parse_cuda(str(cuda.encoded)) == cuda.release
+
+
+@FAST
+@given(st.integers(1, 3), st.integers(0, 30), st.integers(0, 9), st.none() | cudas | st.just("cpu"))
+def test_torch_round_trips(major, minor, patch, build):
+    text = f"{major}.{minor}.{patch}"
+    if build == "cpu":
+        text += "+cpu"
+    elif build is not None:
+        text += f"+{build.tag}"
+    parsed = parse_torch(text)
+    assert str(parsed) == text
+    assert parsed.release == f"{major}.{minor}"
+    if isinstance(build, CudaVersion):
+        assert parsed.cuda == build.release
+
+
+@FAST
+@given(gcc_versions)
+def test_gcc_round_trips_keeping_its_components(text):
+    assert str(parse_gcc(text)) == text
+
+
+@FAST
+@given(st.integers(8, 9), st.integers(0, 30), st.integers(0, 9))
+def test_cudnn_encoded_matches_dotted(major, minor, patch):
+    minor = minor if major >= 9 else minor % 10
+    encoded = major * 10000 + minor * 100 + patch if major >= 9 else major * 1000 + minor * 100 + patch
+    assert parse_cudnn(str(encoded)) == parse_cudnn(f"{major}.{minor}.{patch}")
+
+
+@FAST
+@given(st.sampled_from(sorted({a.cc for a in facts().known_arches})), st.sampled_from(["", "a", "f"]))
+def test_cc_and_arch_round_trip(cc, suffix):
+    assert parse_cc(format_cc(cc)) == cc
+    assert parse_cc(f"sm_{cc[0]}{cc[1]}") == cc
+    arch = Arch(cc[0], cc[1], suffix)
+    assert parse_arch(str(arch)) == arch
+    assert parse_arch(arch.sm) == arch
+
+
+# --- examples --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "text, canonical",
+    [("580.65.06", "580.65.06"), ("580.65.6", "580.65.06"), ("570.26", "570.26"), ("535.104.05", "535.104.05")],
+)
+def test_driver_examples(text, canonical):
+    assert str(parse_driver(text)) == canonical
+
+
+def test_driver_compares_numerically():
+    assert parse_driver("535.104.05") > parse_driver("535.54.03")
+    assert parse_driver("570.26") < parse_driver("570.124.06")
+    assert parse_driver("580") < parse_driver("580.65.06")
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("12.4", CudaVersion(12, 4)), ("12.4.1", CudaVersion(12, 4, 1)), ("cu126", CudaVersion(12, 6)),
+     ("cu92", CudaVersion(9, 2)), ("cu130", CudaVersion(13, 0)), ("12080", CudaVersion(12, 8)),
+     ("11020", CudaVersion(11, 2)), ("CU118", CudaVersion(11, 8))],
+)
+def test_cuda_examples(text, expected):
+    assert parse_cuda(text) == expected
+
+
+def test_torch_examples():
+    t = parse_torch("2.11.0+cu130")
+    assert (str(t.version), t.cuda, t.local) == ("2.11.0", CudaVersion(13, 0), "cu130")
+    assert parse_torch("2.13.0+cpu").is_cpu
+    assert parse_torch("2.13.0").cuda is None
+
+
+@pytest.mark.parametrize("text", ["13", "13.2", "13.2.0"])
+def test_gcc_examples(text):
+    assert parse_gcc(text).major == 13
+
+
+def test_cudnn_examples():
+    assert str(parse_cudnn("91002")) == "9.10.2"
+    assert str(parse_cudnn("8902")) == "8.9.2"
+    assert str(parse_cudnn("9.10.2.21")) == "9.10.2.21"
+
+
+def test_arch_list_parsing():
+    sass, ptx = parse_arch_list("8.0;9.0a 12.0+PTX")
+    assert [str(a) for a in sass] == ["8.0", "9.0a", "12.0"]
+    assert [str(a) for a in ptx] == ["12.0"]
+
+
+@pytest.mark.parametrize(
+    "parse, text",
+    [(parse_driver, "banana"), (parse_driver, "580.65.06.1"), (parse_cuda, "twelve"), (parse_cuda, "12345"),
+     (parse_torch, "latest"), (parse_torch, "2.11.0+cu13x"), (parse_gcc, "gcc-13"), (parse_gcc, "1.2"),
+     (parse_python, "2.7"), (parse_cudnn, "9"), (parse_cc, "9.0.0"), (validate_cc, "99.1"), (parse_arch, "9.0z")],
+)
+def test_bad_input_raises_version_error(parse, text):
+    with pytest.raises(VersionError):
+        parse(text)
+
+
+# --- GPU names ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "name, cc",
+    [("H100", (9, 0)), ("NVIDIA H100 80GB HBM3", (9, 0)), ("A100-SXM4-40GB", (8, 0)), ("RTX 4090", (8, 9)),
+     ("nvidia geforce rtx 4090", (8, 9)), ("NVIDIA RTX 6000 Ada Generation", (8, 9)), ("Quadro RTX 6000", (7, 5)),
+     ("NVIDIA RTX PRO 6000 Blackwell Server Edition", (12, 0)), ("Tesla V100-SXM2-16GB", (7, 0)),
+     ("NVIDIA L40S", (8, 9)), ("NVIDIA L4", (8, 9)), ("NVIDIA A10G", (8, 6)), ("Tesla T4", (7, 5)),
+     ("NVIDIA GH200 480GB", (9, 0)), ("NVIDIA B200", (10, 0)), ("NVIDIA GeForce RTX 5090", (12, 0))],
+)
+def test_gpu_names(name, cc):
+    assert gpu_cc(name) == cc
+
+
+@FAST
+@given(st.sampled_from(_table()), st.sampled_from(["{}", "NVIDIA {}", "{} 80GB", "nvidia {} pcie"]),
+       st.booleans())
+def test_every_table_name_resolves_to_its_cc(row, pattern, upper):
+    # law: a table name, in any case and with vendor / memory words around it, gives its own CC
+    _, cc, label = row
+    name = pattern.format(label)
+    assert gpu_cc(name.upper() if upper else name.lower()) == cc
+
+
+@pytest.mark.parametrize("name", ["banana", "Radeon RX 7900", ""])
+def test_unknown_gpu(name):
+    with pytest.raises(VersionError):
+        gpu_cc(name)
