@@ -76,9 +76,10 @@ def resolve_tokenizer(
 _worker_tokenizer: Tokenizer | None = None
 
 
-def _init_worker(tokenizer: Tokenizer) -> None:
+def _init_worker(tokenizer: Tokenizer, in_pool: bool = True) -> None:
     global _worker_tokenizer
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process = one core
+    if in_pool:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one worker process = one core
     _worker_tokenizer = tokenizer
 
 
@@ -106,7 +107,7 @@ def _chunks(records: Iterator[Record], size: int) -> Iterator[list[tuple[str, ..
 def _encoded(records: Iterator[Record], tokenizer: Tokenizer, append_eod: bool, workers: int) -> Iterator[list[list[np.ndarray]]]:
     jobs = ((chunk, append_eod) for chunk in _chunks(records, CHUNK_RECORDS))
     if workers <= 1:
-        _init_worker(tokenizer)
+        _init_worker(tokenizer, in_pool=False)
         yield from map(_encode_chunk, jobs)
         return
     # spawn: safe with the tokenizer libraries' thread pools, same behaviour on every platform

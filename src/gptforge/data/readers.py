@@ -121,7 +121,10 @@ def _read_jsonl(path: Path, keys, skip: bool, skipped: SkipLog) -> Iterator[Reco
 
 
 def _read_parquet(path: Path, keys, skip: bool, skipped: SkipLog) -> Iterator[Record]:
-    import pyarrow.parquet as pq
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UsageError("--format", f"{path}: reading parquet needs pyarrow", "pip install 'gptforge[parquet]'") from None
 
     try:
         parquet = pq.ParquetFile(path)

@@ -1,13 +1,15 @@
 """Tokenizers: GPT-2 BPE from vocab.json + merges.txt, or a byte-level BPE trained on a corpus.
 
 Both are byte-level BPEs described by the same two files (Megatron's GPT2BPETokenizer inputs), so
-one class serves both, backed by Hugging Face ``tokenizers``. ``<|endoftext|>`` is the end-of-document
+one class serves both: tiktoken encodes files in GPT-2's layout, Hugging Face ``tokenizers`` trains
+and encodes the others. ``<|endoftext|>`` is the end-of-document
 token; text that happens to contain that string is encoded as ordinary text (as Megatron and
 tiktoken's ``encode_ordinary`` do).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -47,7 +49,7 @@ class Tokenizer:
             raise TokenizerError(f"{vocab_file} has no {EOD_TOKEN} token", "the end-of-document token must be in the vocabulary")
         self.eod_id: int = vocab[EOD_TOKEN]
         self.vocab_size: int = len(vocab)
-        self._tiktoken = _tiktoken_encoding(self.vocab_file, self.merge_file, vocab) if backend in ("auto", "tiktoken") else None
+        self._tiktoken = _tiktoken_encoding(_file_key(self.vocab_file), _file_key(self.merge_file)) if backend in ("auto", "tiktoken") else None
         if backend == "tiktoken" and self._tiktoken is None:
             raise TokenizerError(f"{vocab_file}: not in GPT-2's layout, tiktoken cannot encode it")
         self._hf = None if self._tiktoken is not None else _hf_tokenizer(self.vocab_file, self.merge_file)
@@ -98,13 +100,21 @@ def _hf_tokenizer(vocab_file: Path, merge_file: Path):
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 
 
-def _tiktoken_encoding(vocab_file: Path, merge_file: Path, vocab: dict[str, int]):
-    """A tiktoken Encoding when the files have GPT-2's layout, else None."""
+def _file_key(path: Path) -> tuple[str, int, int]:
+    stat = path.stat()
+    return str(path.resolve()), stat.st_mtime_ns, stat.st_size
+
+
+@functools.lru_cache(maxsize=8)
+def _tiktoken_encoding(vocab_key: tuple[str, int, int], merge_key: tuple[str, int, int]):
+    """A tiktoken Encoding when the files have GPT-2's layout, else None (cached per file version)."""
     import tiktoken
     from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 
     saved = os.environ.get("TIKTOKEN_CACHE_DIR")
     os.environ["TIKTOKEN_CACHE_DIR"] = ""  # read local files directly; never copy them to a cache
+    vocab_file, merge_file = Path(vocab_key[0]), Path(merge_key[0])
+    vocab = _read_vocab(vocab_file)
     try:
         ranks = data_gym_to_mergeable_bpe_ranks(str(merge_file), str(vocab_file))
     except (AssertionError, KeyError, ValueError, UnicodeDecodeError):
@@ -184,9 +194,9 @@ def train_bytelevel(texts: Iterable[str], out_dir: str | os.PathLike, *, vocab_s
     if vocab_size < 257:
         raise UsageError("--vocab-size", f"{vocab_size} is too small", "a byte-level BPE needs at least 257 tokens (256 bytes + end of document)")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     tok = ByteLevelBPETokenizer()
     tok.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, special_tokens=[EOD_TOKEN], show_progress=False)
+    out_dir.mkdir(parents=True, exist_ok=True)  # only now: a failed training leaves nothing behind
     tmp = out_dir / f".train-{os.getpid()}"
     tmp.mkdir(exist_ok=True)
     tok.save_model(str(tmp))
