@@ -165,3 +165,16 @@ def test_recommend_explains_every_environment_and_fails_on_old_drivers():
     assert all(v.reasons for v in result.verdicts if not v.fits)
     assert "525.60.13" in result.reason
     assert not recommend("580.65.06", [(3, 7)]).ok  # Kepler: no environment has kernels for it
+
+
+def test_every_finding_code_is_documented():
+    """Finding codes are an API: each code the engine can emit has a row in docs/compat.md."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    source = "".join(p.read_text() for p in (root / "src/gptforge/compat").glob("*.py"))
+    emitted = set(re.findall(r'Finding\(\s*"([a-z0-9-]+)"', source))
+    documented = set(re.findall(r"^\| `([a-z0-9-]+)` \|", (root / "docs/compat.md").read_text(), re.M))
+    assert "torch-cuda-conflict" in emitted and len(emitted) >= 25
+    assert emitted <= documented, emitted - documented
