@@ -40,7 +40,7 @@ def parse_cuda(text: str, flag: str = "--cuda") -> Version:
 
 def expected_cuda(given: str | None, prefix: str) -> tuple[Version, str]:
     """(major, minor) and where it came from: --cuda, the cuda-version record, or torch."""
-    if given:
+    if given is not None:
         return parse_cuda(given), "--cuda"
     record = _cuda_version_record(prefix)
     if record:

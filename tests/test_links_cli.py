@@ -1,0 +1,211 @@
+"""fix-links example tests: the command line, where the prefix and the CUDA version come from,
+exit codes, and the refusals (files, outside links, read-only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import run_cli
+from test_links_support import install_library, snapshot, symlink, write
+
+
+@pytest.fixture
+def env(tmp_path):
+    """A small conda-forge-like prefix with a CUDA 12.8 runtime behind a wrong libcudart.so."""
+    prefix = str(tmp_path / "env")
+    install_library(prefix, "libcudart", (12, 8, 90))
+    install_library(prefix, "libcudart", (12, 4, 127), place="lib")
+    symlink("libcudart.so.12.4.127", os.path.join(prefix, "lib", "libcudart.so"))
+    symlink("libcudart.so.12.4.127", os.path.join(prefix, "lib", "libcudart.so.12"))
+    write(os.path.join(prefix, "targets/x86_64-linux/include/cuda_runtime.h"), b"/* 12.8 */\n")
+    write(os.path.join(prefix, "conda-meta", "cuda-version-12.8-h5d125a7_3.json"),
+          json.dumps({"name": "cuda-version", "version": "12.8"}).encode())
+    return prefix
+
+
+def _clean_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in ("CONDA_PREFIX", "PIXI_PROJECT_ROOT", "PIXI_ENVIRONMENT_NAME")}
+
+
+def _run(*args, env=None):
+    full = {**_clean_env(), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "gptforge", *args],
+                          capture_output=True, text=True, env=full)
+
+
+def test_help_explains_exit_codes(cli):
+    out = cli("fix-links", "--help")
+    assert out.returncode == 0
+    assert "Exit status: 0" in out.stdout and "--undo" in out.stdout
+
+
+def test_no_active_environment_is_a_usage_error():
+    out = _run("fix-links")
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "--prefix" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("bad", ["13", "twelve", "12.x", ""])
+def test_bad_cuda_is_a_usage_error(env, bad):
+    out = _run("fix-links", "--prefix", env, "--cuda", bad)
+    assert out.returncode == 2 and "--cuda" in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_not_a_prefix_is_a_usage_error(tmp_path):
+    out = _run("fix-links", "--prefix", str(tmp_path))
+    assert out.returncode == 2 and "no lib/" in out.stderr
+
+
+def test_prefix_from_conda_prefix_and_pixi(env, tmp_path):
+    out = _run("fix-links", "--dry-run", "--json", env={"CONDA_PREFIX": env})
+    assert out.returncode == 0 and json.loads(out.stdout)["prefix"] == os.path.realpath(env)
+    project = tmp_path / "proj"
+    (project / ".pixi" / "envs").mkdir(parents=True)
+    os.symlink(env, project / ".pixi" / "envs" / "cuda128")
+    out = _run("fix-links", "--dry-run", "--json",
+               env={"PIXI_PROJECT_ROOT": str(project), "PIXI_ENVIRONMENT_NAME": "cuda128"})
+    assert out.returncode == 0 and json.loads(out.stdout)["prefix"] == os.path.realpath(env)
+
+
+def test_cuda_from_flag_then_record(env):
+    report = json.loads(_run("fix-links", "--prefix", env, "--dry-run", "--json").stdout)
+    assert (report["cuda"], report["cuda_source"]) == ("12.8", "conda-meta/cuda-version-12.8-h5d125a7_3.json")
+    report = json.loads(_run("fix-links", "--prefix", env, "--cuda", "12.4", "--dry-run", "--json").stdout)
+    assert (report["cuda"], report["cuda_source"]) == ("12.4", "--cuda")
+
+
+def test_record_path_does_not_import_torch(env):
+    code = ("import sys; from gptforge.links.expected import expected_cuda; "
+            f"print(expected_cuda(None, {env!r})); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.split("\n")[1] == "False"
+
+
+def test_falls_back_to_torch_and_says_so_when_torch_has_no_cuda(env):
+    os.unlink(os.path.join(env, "conda-meta", "cuda-version-12.8-h5d125a7_3.json"))
+    import torch
+
+    out = _run("fix-links", "--prefix", env, "--dry-run", "--json")
+    if torch.version.cuda is None:
+        assert out.returncode == 2 and "--cuda" in out.stderr and "torch" in out.stderr
+    else:
+        assert json.loads(out.stdout)["cuda"] == ".".join(torch.version.cuda.split(".")[:2])
+
+
+def test_dry_run_changes_nothing_then_fix_then_nothing_to_do(env):
+    before = snapshot(env)
+    out = _run("fix-links", "--prefix", env, "--dry-run")
+    assert out.returncode == 0 and "would change 4 of 4" in out.stdout
+    assert snapshot(env) == before
+    out = _run("fix-links", "--prefix", env)
+    assert out.returncode == 0, out.stdout
+    assert "verified lib/libcudart.so: cudaRuntimeGetVersion = 12080" in out.stdout
+    assert os.readlink(os.path.join(env, "lib64")) == "lib"
+    # no include/ at all: include itself becomes the link
+    assert os.readlink(os.path.join(env, "include")) == "targets/x86_64-linux/include"
+    assert open(os.path.join(env, "include", "cuda_runtime.h")).read() == "/* 12.8 */\n"
+    again = _run("fix-links", "--prefix", env, "--json")
+    report = json.loads(again.stdout)
+    assert again.returncode == 0 and report["steps"] == [] and report["ok"]
+
+
+@pytest.mark.parametrize("kind", ["file", "wrong-link"])
+def test_lib64_file_or_wrong_link_is_reported_untouched(env, kind):
+    lib64 = os.path.join(env, "lib64")
+    write(lib64, b"x") if kind == "file" else os.symlink("targets", lib64)
+    before = os.lstat(lib64)
+    out = _run("fix-links", "--prefix", env, "--json")
+    report = json.loads(out.stdout)
+    assert out.returncode == 1 and "LINKS_LIB64_CONFLICT" in [f["code"] for f in report["findings"]]
+    assert os.lstat(lib64) == before
+    # everything else was still repaired
+    assert os.path.realpath(os.path.join(env, "lib", "libcudart.so")).endswith("libcudart.so.12.8.90")
+
+
+def test_headers_linked_one_by_one_into_an_existing_include(env):
+    write(os.path.join(env, "include", "Python.h"), b"/* python */")
+    assert _run("fix-links", "--prefix", env).returncode == 0
+    assert os.readlink(os.path.join(env, "include", "cuda_runtime.h")) == "../targets/x86_64-linux/include/cuda_runtime.h"
+    assert not os.path.islink(os.path.join(env, "include"))
+
+
+def test_real_lib64_directory_is_left_alone(env):
+    write(os.path.join(env, "lib64", "libmine.so"), b"mine")
+    out = _run("fix-links", "--prefix", env, "--json")
+    assert out.returncode == 0
+    assert "LINKS_LIB64_DIR" in [f["code"] for f in json.loads(out.stdout)["findings"]]
+    assert os.path.isdir(os.path.join(env, "lib64")) and not os.path.islink(os.path.join(env, "lib64"))
+
+
+def test_soname_name_held_by_a_file_is_not_replaced(env):
+    os.unlink(os.path.join(env, "lib", "libcudart.so.12"))
+    write(os.path.join(env, "lib", "libcudart.so.12"), b"a copy, not a link")
+    out = _run("fix-links", "--prefix", env, "--json")
+    report = json.loads(out.stdout)
+    assert out.returncode == 1 and "LINKS_NAME_BLOCKED" in [f["code"] for f in report["findings"]]
+    assert open(os.path.join(env, "lib", "libcudart.so.12"), "rb").read() == b"a copy, not a link"
+
+
+def test_runtime_outside_the_prefix_is_never_linked(env, tmp_path):
+    outside = install_library(str(tmp_path / "elsewhere"), "libcudart", (12, 8, 95), place="lib")
+    symlink(outside, os.path.join(env, "lib", "libcudart.so.12.8.95"))
+    report = json.loads(_run("fix-links", "--prefix", env, "--json").stdout)
+    assert report["chosen"]["libcudart"]["file"] == "targets/x86_64-linux/lib/libcudart.so.12.8.90"
+    ignored = [f for f in report["findings"] if f["code"] == "LINKS_CANDIDATE_IGNORED"]
+    assert ignored and "outside the prefix" in ignored[0]["message"]
+    for root, dirs, files in os.walk(env):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            if os.path.islink(path) and path != os.path.join(env, "lib", "libcudart.so.12.8.95"):
+                assert os.path.realpath(path).startswith(os.path.realpath(env))
+
+
+def test_no_runtime_for_the_expected_cuda_exits_1_and_says_why(env):
+    out = _run("fix-links", "--prefix", env, "--cuda", "12.6", "--json")
+    report = json.loads(out.stdout)
+    assert out.returncode == 1
+    [finding] = [f for f in report["findings"] if f["code"] == "LINKS_NO_MATCH"]
+    assert "libcudart" in finding["message"] and "12.4.127" in finding["message"] and "12.8.90" in finding["message"]
+
+
+def test_read_only_lib_changes_nothing(env):
+    lib = os.path.join(env, "lib")
+    root = os.geteuid() == 0
+    if root:
+        if subprocess.run(["chattr", "+i", lib], capture_output=True).returncode != 0:
+            pytest.skip("running as root without chattr +i: chmod cannot make a directory read-only for root")
+    else:
+        os.chmod(lib, 0o555)
+    try:
+        before = snapshot(env)
+        out = _run("fix-links", "--prefix", env, "--json")
+        report = json.loads(out.stdout)
+        assert out.returncode == 1 and "LINKS_READ_ONLY" in [f["code"] for f in report["findings"]]
+        assert snapshot(env) == before
+    finally:
+        subprocess.run(["chattr", "-i", lib], capture_output=True) if root else os.chmod(lib, 0o755)
+
+
+def test_undo_without_record_is_a_no_op(env):
+    out = _run("fix-links", "--prefix", env, "--undo", "--json")
+    assert out.returncode == 0
+    assert [f["code"] for f in json.loads(out.stdout)["findings"]] == ["LINKS_NOTHING_TO_UNDO"]
+
+
+def test_cudnn_rule_newest_per_major(tmp_path):
+    prefix = str(tmp_path / "env")
+    for v in [(8, 9, 7, 29), (9, 1, 0, 70), (9, 10, 2, 21)]:
+        install_library(prefix, "libcudnn", v)
+    symlink("libcudnn.so.9.1.0.70", os.path.join(prefix, "lib", "libcudnn.so.9"))
+    out = _run("fix-links", "--prefix", prefix, "--cuda", "12.8", "--json")
+    assert out.returncode == 0, out.stdout
+    lib = os.path.join(prefix, "lib")
+    real = lambda n: os.path.basename(os.path.realpath(os.path.join(lib, n)))  # noqa: E731
+    assert real("libcudnn.so") == "libcudnn.so.9.10.2.21"
+    assert real("libcudnn.so.9") == "libcudnn.so.9.10.2.21"
+    assert real("libcudnn.so.8") == "libcudnn.so.8.9.7.29"

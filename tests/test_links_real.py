@@ -1,0 +1,112 @@
+"""The real CUDA runtime: the toolkit's libcudart copied into a prefix next to a real decoy of
+another major (libcudart 12.8 from NVIDIA's nvidia-cuda-runtime-cu12 wheel). Before the repair
+ctypes loads the decoy through libcudart.so; after it, the toolkit's runtime, with its real version."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from conftest import run_cli
+from gptforge.links.elf import read_soname
+from gptforge.links.verify import load_versions
+from test_links_support import snapshot, symlink
+
+DECOY_WHEEL = "nvidia-cuda-runtime-cu12==12.8.90"
+DECOY_VERSION = (12, 8, 90)
+
+
+def _toolkit_cudart() -> tuple[str, int]:
+    cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    found = [p for p in glob.glob(os.path.join(cuda, "lib*", "libcudart.so.*")) if not os.path.islink(p)]
+    if not found:
+        pytest.skip(f"no real libcudart under {cuda}/lib64 (set CUDA_HOME to a CUDA toolkit)")
+    path = sorted(found)[-1]
+    loaded = load_versions([path])[0]
+    if loaded.version is None:
+        pytest.skip(f"the toolkit's libcudart cannot be loaded here: {loaded.error}")
+    return path, loaded.version
+
+
+@pytest.fixture(scope="module")
+def decoy_cudart(request) -> str:
+    """libcudart.so.12 from the PyPI wheel (downloaded once into pytest's cache), or the wheel
+    named by GPTFORGE_CUDART_DECOY_WHEEL."""
+    wheel = os.environ.get("GPTFORGE_CUDART_DECOY_WHEEL")
+    if not wheel:
+        cache = str(request.config.cache.mkdir("links-decoy-wheel"))
+        wheels = glob.glob(os.path.join(cache, "nvidia_cuda_runtime_cu12-12.8.90-*.whl"))
+        if not wheels:
+            out = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                                  "--platform", "manylinux2014_x86_64", "-d", cache, DECOY_WHEEL],
+                                 capture_output=True, text=True, timeout=300)
+            wheels = glob.glob(os.path.join(cache, "nvidia_cuda_runtime_cu12-12.8.90-*.whl"))
+            if not wheels:
+                pytest.skip(f"cannot download {DECOY_WHEEL} from PyPI (offline?): {out.stderr.strip()[-200:]}")
+        wheel = wheels[0]
+    out = os.path.join(str(request.config.cache.mkdir("links-decoy-lib")), "libcudart.so.12")
+    with zipfile.ZipFile(wheel) as z, z.open("nvidia/cuda_runtime/lib/libcudart.so.12") as src, open(out, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return out
+
+
+def test_decoy_loaded_before_and_real_runtime_after(tmp_path, decoy_cudart):
+    real, number = _toolkit_cudart()
+    major, minor = number // 1000, number % 1000 // 10
+    cuda = f"{major}.{minor}"
+    assert read_soname(real) == f"libcudart.so.{major}"
+    assert read_soname(decoy_cudart) == "libcudart.so.12"
+
+    prefix = tmp_path / "env"
+    target_lib = prefix / "targets" / "x86_64-linux" / "lib"
+    target_lib.mkdir(parents=True)
+    name = os.path.basename(real)
+    if name.count(".") < 4:  # a toolkit that names the file by SONAME only: name it by its real version
+        name = f"libcudart.so.{major}.{minor}.0"
+    shutil.copyfile(real, target_lib / name)
+    lib = prefix / "lib"
+    lib.mkdir()
+    decoy_name = "libcudart.so." + ".".join(map(str, DECOY_VERSION))
+    shutil.copyfile(decoy_cudart, lib / decoy_name)
+    symlink(decoy_name, str(lib / "libcudart.so"))  # what a stray package left behind
+    symlink(f"../targets/x86_64-linux/lib/{name}", str(lib / name))
+    symlink(decoy_name, str(lib / "libcudart.so.12"))
+    before = snapshot(str(prefix))
+
+    assert load_versions([str(lib / "libcudart.so")])[0].version == 12080, "before the fix: the decoy"
+
+    out = run_cli("fix-links", "--prefix", str(prefix), "--cuda", cuda, "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    assert report["chosen"]["libcudart"]["file"] == f"targets/x86_64-linux/lib/{name}"
+    assert {v["path"]: v["runtime_version"] for v in report["verified"]} == {
+        "lib/libcudart.so": number, f"lib/libcudart.so.{major}": number}
+
+    versions = load_versions([str(lib / "libcudart.so"), str(lib / f"libcudart.so.{major}"), str(lib / "libcudart.so.12")])
+    assert [v.version for v in versions] == [number, number, 12080], "after: the real runtime; the 12 SONAME untouched"
+
+    undo = run_cli("fix-links", "--prefix", str(prefix), "--undo")
+    assert undo.returncode == 0
+    assert snapshot(str(prefix)) == before
+    assert load_versions([str(lib / "libcudart.so")])[0].version == 12080
+
+
+def test_mislabeled_runtime_fails_verification(tmp_path, decoy_cudart):
+    """A 12.8 runtime wearing a 13.0 file name (and a matching SONAME link) is caught by the
+    proof step, not trusted: exit 1 and LINKS_VERIFY_FAILED."""
+    prefix = tmp_path / "env"
+    lib = prefix / "lib"
+    lib.mkdir(parents=True)
+    shutil.copyfile(decoy_cudart, lib / "libcudart.so.12.6.0")  # really 12.8
+    out = run_cli("fix-links", "--prefix", str(prefix), "--cuda", "12.6", "--json")
+    report = json.loads(out.stdout)
+    assert out.returncode == 1
+    assert [f["code"] for f in report["findings"]] == ["LINKS_VERIFY_FAILED", "LINKS_VERIFY_FAILED"]
+    assert {v["runtime_version"] for v in report["verified"]} == {12080}
