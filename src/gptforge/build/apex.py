@@ -110,7 +110,11 @@ def choose_arch_list(req: ApexRequest, tc: Toolchain, *, allow_suffix: bool) -> 
     if not tc.ccs:
         raise UsageError("--arch", "no GPU is visible, so there is nothing to target by default",
                          "pass the compute capabilities of the GPUs that will run it, e.g. --arch 9.0 (H100) or --arch '8.0;9.0'")
-    arch = compat.arch_list_for(list(tc.ccs), tc.nvcc_version, allow_suffix=allow_suffix)
+    try:
+        arch = compat.arch_list_for([tuple(int(p) for p in cc.split(".")) for cc in tc.ccs], tc.nvcc_version,
+                                    allow_suffix=allow_suffix)
+    except GptforgeError:
+        arch = ""
     if not arch:
         raise UsageError("--arch", f"nvcc {tc.nvcc_version} cannot target the GPUs present ({', '.join(tc.ccs)})",
                          "install a CUDA toolkit that supports them (see `gptforge compat`)")
