@@ -116,7 +116,9 @@ def build_context(combo: Combination, facts: Facts) -> Context:
     if ctx.torch:
         ctx.torch_release = facts.torch_release(ctx.torch.release)
         if ctx.torch_release and ctx.torch_cuda:
-            ctx.torch_variant = ctx.torch_release.variant(ctx.torch_cuda)
+            # a +cuXYZ tag is a download.pytorch.org wheel; an untagged version may be any build
+            channel = "pypi" if ctx.torch.cuda else None
+            ctx.torch_variant = ctx.torch_release.variant(ctx.torch_cuda, channel)
     _torch_arches(ctx)
     ctx.python = _read(ctx, "python", combo.python, parse_python)
     ctx.gcc = _read(ctx, "gcc", combo.gcc, parse_gcc)
