@@ -108,6 +108,14 @@ def test_fp8():
     assert "fp8-unavailable" not in {f.code for f in check(Combination(ccs=((9, 0), (8, 0))))}
 
 
+def test_apex_contrib_needs_newer_cudnn_and_nccl():
+    (finding,) = check(Combination(apex="6424da3b", cudnn="8.3.2", nccl="2.18.1"))
+    assert finding.code == "apex-contrib-skipped" and finding.severity is Severity.INFO
+    assert "cudnn_gbn" in finding.message and "nccl_allocator" in finding.message
+    assert "nccl_p2p" not in finding.message
+    assert check(Combination(apex="6424da3b", cudnn="9.10.2", nccl="2.29.7")) == []
+
+
 def test_cuda_12_7_does_not_exist():
     assert "cuda-unknown" in codes(Severity.WARNING, cuda="12.7")
 

@@ -18,8 +18,7 @@ from gptforge.compat.facts import facts
 from gptforge.compat.findings import Finding, Severity
 from gptforge.compat.versions import CudaVersion, DriverVersion, format_cc, parse_cuda
 
-E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
-Rule = Callable[[Context], Iterator[Finding]]
+E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
 def _cc(cc: CC) -> str:
@@ -137,7 +136,7 @@ def rule_torch_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
         if any(runs_on(a, cc) for a in ctx.torch_arches):
             continue
         if any(ptx_runs_on(a, cc) for a in ctx.torch_ptx):
-            yield Finding("gpu-arch-ptx-jit", I,
+            yield Finding("gpu-arch-ptx-jit", INFO,
                           f"torch has no sm_{cc[0]}{cc[1]} kernels; the driver JIT-compiles its PTX at first use",
                           "expect a slow first start; a torch build with this arch avoids it")
             continue
@@ -201,6 +200,23 @@ def rule_nvcc_torch(ctx: Context, suggest: bool) -> Iterator[Finding]:
                       f"apex refuses nvcc {nvcc.release} with torch built for CUDA {torch_cuda.release}: any major.minor "
                       "difference stops its build ('Cuda extensions are being compiled with a version of Cuda that "
                       "does not match')", fix)
+
+
+def rule_apex_contrib(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    if ctx.combo.apex is None:
+        return
+    needs = ctx.facts.extensions["apex"]["contrib"]
+    skipped = []
+    for module, spec in sorted(needs.items()):
+        have = ctx.cudnn if "cudnn_min" in spec else ctx.nccl
+        minimum = Version(spec.get("cudnn_min") or spec["nccl_min"])
+        if have is not None and not _at_least(have, minimum):
+            kind = "cuDNN" if "cudnn_min" in spec else "NCCL"
+            skipped.append(f"{module} ({kind} >= {minimum})")
+    if skipped:
+        yield Finding("apex-contrib-skipped", INFO,
+                      "apex will silently skip these contrib extensions: " + ", ".join(skipped),
+                      "only needed if you use them: install a newer cuDNN / NCCL before building apex")
 
 
 def rule_host_compiler(ctx: Context, suggest: bool) -> Iterator[Finding]:
@@ -331,7 +347,7 @@ def rule_fp8(ctx: Context, suggest: bool) -> Iterator[Finding]:
         return
     blockers = [_fp8_blocker(ctx, cc) for cc in ctx.ccs]
     if all(blockers):
-        severity = W if ctx.transformer_engine else I
+        severity = W if ctx.transformer_engine else INFO
         yield Finding("fp8-unavailable", severity, "FP8 training is unavailable: " + "; ".join(sorted(set(blockers))),
                       "train in bf16 (the default); FP8 needs an Ada (with CUDA >= 12.1), Hopper or Blackwell GPU")
 
@@ -379,7 +395,7 @@ def _deepspeed_cuda(ctx: Context, spec: dict) -> Iterator[Finding]:
         return
     ok = spec["minor_mismatch_ok"].get(str(nvcc.major), [])
     if nvcc.major == torch_cuda.major and str(nvcc.release) in ok and str(torch_cuda.release) in ok:
-        yield Finding("deepspeed-cuda-mismatch", I,
+        yield Finding("deepspeed-cuda-mismatch", INFO,
                       f"DeepSpeed accepts nvcc {nvcc.release} with torch's CUDA {torch_cuda.release} (whitelisted minors)",
                       "")
         return
@@ -404,6 +420,7 @@ RULES: tuple[Callable[[Context, bool], Iterator[Finding]], ...] = (
     rule_torch_arch,
     rule_arch_list_env,
     rule_nvcc_torch,
+    rule_apex_contrib,
     rule_host_compiler,
     rule_cxx_standard,
     rule_python,
@@ -414,7 +431,7 @@ RULES: tuple[Callable[[Context, bool], Iterator[Finding]], ...] = (
     rule_torch_cpu_build,
 )
 
-_SEVERITY_ORDER = {E: 0, W: 1, I: 2}
+_SEVERITY_ORDER = {E: 0, W: 1, INFO: 2}
 
 
 def run_rules(combo: Combination, *, suggest: bool = True) -> list[Finding]:
