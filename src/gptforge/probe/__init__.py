@@ -25,11 +25,18 @@ def probe_python() -> dict:
 
 
 def probe_machine(env: dict | None = None) -> dict:
-    """Everything doctor looks at. torch is imported before the libcudart and apex probes need it."""
+    """Everything doctor looks at.
+
+    Order matters: torch, apex's extensions and TransformerEngine are imported first, then the
+    process's libcudart maps are read (what training would load), and only then does the CUDA-root
+    probe load the toolkit's own libcudart to ask its version (which would otherwise show up as loaded).
+    """
     env = dict(os.environ if env is None else env)
+    torch = probe_torch()
+    apex, transformer_engine = probe_apex(), probe_transformer_engine()
+    loaded = probe_loaded_libcudart()
     nvcc = probe_nvcc(env)
     nvcc_default_host = (nvcc["cuda_home"] or nvcc["path"] or {}).get("host_compiler")
-    torch = probe_torch()
     return {
         "python": probe_python(),
         "driver": probe_nvml(),
@@ -37,9 +44,9 @@ def probe_machine(env: dict | None = None) -> dict:
         "cuda_home": probe_cuda_home(env),
         "compilers": probe_compilers(nvcc_default_host, env),
         "torch": torch,
-        "libcudart_loaded": probe_loaded_libcudart(),
-        "apex": probe_apex(),
+        "libcudart_loaded": loaded,
+        "apex": apex,
         "deepspeed": probe_deepspeed(),
-        "transformer_engine": probe_transformer_engine(),
+        "transformer_engine": transformer_engine,
         "env": {name: env.get(name) for name in ENV_VARS},
     }
