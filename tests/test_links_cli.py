@@ -100,7 +100,7 @@ def test_falls_back_to_torch_and_says_so_when_torch_has_no_cuda(env):
 def test_dry_run_changes_nothing_then_fix_then_nothing_to_do(env):
     before = snapshot(env)
     out = _run("fix-links", "--prefix", env, "--dry-run")
-    assert out.returncode == 0 and "would change 4 of 4" in out.stdout
+    assert out.returncode == 0 and "would change 4 of 4" in out.stdout, out.stdout + out.stderr
     assert snapshot(env) == before
     out = _run("fix-links", "--prefix", env)
     assert out.returncode == 0, out.stdout
@@ -121,7 +121,7 @@ def test_lib64_file_or_wrong_link_is_reported_untouched(env, kind):
     before = os.lstat(lib64)
     out = _run("fix-links", "--prefix", env, "--json")
     report = json.loads(out.stdout)
-    assert out.returncode == 1 and "LINKS_LIB64_CONFLICT" in [f["code"] for f in report["findings"]]
+    assert out.returncode == 1 and "links-lib64-conflict" in [f["code"] for f in report["findings"]]
     assert os.lstat(lib64) == before
     # everything else was still repaired
     assert os.path.realpath(os.path.join(env, "lib", "libcudart.so")).endswith("libcudart.so.12.8.90")
@@ -138,7 +138,7 @@ def test_real_lib64_directory_is_left_alone(env):
     write(os.path.join(env, "lib64", "libmine.so"), b"mine")
     out = _run("fix-links", "--prefix", env, "--json")
     assert out.returncode == 0
-    assert "LINKS_LIB64_DIR" in [f["code"] for f in json.loads(out.stdout)["findings"]]
+    assert "links-lib64-dir" in [f["code"] for f in json.loads(out.stdout)["findings"]]
     assert os.path.isdir(os.path.join(env, "lib64")) and not os.path.islink(os.path.join(env, "lib64"))
 
 
@@ -147,7 +147,7 @@ def test_soname_name_held_by_a_file_is_not_replaced(env):
     write(os.path.join(env, "lib", "libcudart.so.12"), b"a copy, not a link")
     out = _run("fix-links", "--prefix", env, "--json")
     report = json.loads(out.stdout)
-    assert out.returncode == 1 and "LINKS_NAME_BLOCKED" in [f["code"] for f in report["findings"]]
+    assert out.returncode == 1 and "links-name-blocked" in [f["code"] for f in report["findings"]]
     assert open(os.path.join(env, "lib", "libcudart.so.12"), "rb").read() == b"a copy, not a link"
 
 
@@ -156,7 +156,7 @@ def test_runtime_outside_the_prefix_is_never_linked(env, tmp_path):
     symlink(outside, os.path.join(env, "lib", "libcudart.so.12.8.95"))
     report = json.loads(_run("fix-links", "--prefix", env, "--json").stdout)
     assert report["chosen"]["libcudart"]["file"] == "targets/x86_64-linux/lib/libcudart.so.12.8.90"
-    ignored = [f for f in report["findings"] if f["code"] == "LINKS_CANDIDATE_IGNORED"]
+    ignored = [f for f in report["findings"] if f["code"] == "links-candidate-ignored"]
     assert ignored and "outside the prefix" in ignored[0]["message"]
     for root, dirs, files in os.walk(env):
         for name in dirs + files:
@@ -169,7 +169,7 @@ def test_no_runtime_for_the_expected_cuda_exits_1_and_says_why(env):
     out = _run("fix-links", "--prefix", env, "--cuda", "12.6", "--json")
     report = json.loads(out.stdout)
     assert out.returncode == 1
-    [finding] = [f for f in report["findings"] if f["code"] == "LINKS_NO_MATCH"]
+    [finding] = [f for f in report["findings"] if f["code"] == "links-no-match"]
     assert "libcudart" in finding["message"] and "12.4.127" in finding["message"] and "12.8.90" in finding["message"]
 
 
@@ -185,7 +185,7 @@ def test_read_only_lib_changes_nothing(env):
         before = snapshot(env)
         out = _run("fix-links", "--prefix", env, "--json")
         report = json.loads(out.stdout)
-        assert out.returncode == 1 and "LINKS_READ_ONLY" in [f["code"] for f in report["findings"]]
+        assert out.returncode == 1 and "links-read-only" in [f["code"] for f in report["findings"]]
         assert snapshot(env) == before
     finally:
         subprocess.run(["chattr", "-i", lib], capture_output=True) if root else os.chmod(lib, 0o755)
@@ -194,7 +194,7 @@ def test_read_only_lib_changes_nothing(env):
 def test_undo_without_record_is_a_no_op(env):
     out = _run("fix-links", "--prefix", env, "--undo", "--json")
     assert out.returncode == 0
-    assert [f["code"] for f in json.loads(out.stdout)["findings"]] == ["LINKS_NOTHING_TO_UNDO"]
+    assert [f["code"] for f in json.loads(out.stdout)["findings"]] == ["links-nothing-to-undo"]
 
 
 def test_cudnn_rule_newest_per_major(tmp_path):

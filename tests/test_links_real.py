@@ -100,7 +100,7 @@ def test_decoy_loaded_before_and_real_runtime_after(tmp_path, decoy_cudart):
 
 def test_mislabeled_runtime_fails_verification(tmp_path, decoy_cudart):
     """A 12.8 runtime wearing a 13.0 file name (and a matching SONAME link) is caught by the
-    proof step, not trusted: exit 1 and LINKS_VERIFY_FAILED."""
+    proof step, not trusted: exit 1 and links-verify-failed."""
     prefix = tmp_path / "env"
     lib = prefix / "lib"
     lib.mkdir(parents=True)
@@ -108,5 +108,5 @@ def test_mislabeled_runtime_fails_verification(tmp_path, decoy_cudart):
     out = run_cli("fix-links", "--prefix", str(prefix), "--cuda", "12.6", "--json")
     report = json.loads(out.stdout)
     assert out.returncode == 1
-    assert [f["code"] for f in report["findings"]] == ["LINKS_VERIFY_FAILED", "LINKS_VERIFY_FAILED"]
+    assert [f["code"] for f in report["findings"]] == ["links-verify-failed", "links-verify-failed"]
     assert {v["runtime_version"] for v in report["verified"]} == {12080}

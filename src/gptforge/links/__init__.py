@@ -70,7 +70,7 @@ def _verify(plan: Plan, result: Result) -> None:
         if loaded.version != want:
             got = loaded.error or f"cudaRuntimeGetVersion() = {loaded.version}"
             result.findings.append(Finding(
-                "LINKS_VERIFY_FAILED", Severity.ERROR,
+                "links-verify-failed", Severity.ERROR,
                 f"{plan.layout.rel(loaded.path)} loads a runtime that is not CUDA {plan.cuda[0]}.{plan.cuda[1]} "
                 f"(expected {want}; {got})",
                 "the real file's name does not tell its version; reinstall cuda-cudart for this CUDA"))
@@ -80,7 +80,7 @@ def undo(prefix: str) -> Result:
     layout = Layout.of(prefix)
     record = UndoRecord.load(layout)
     if record is None:
-        return Result(layout, None, [], findings=[Finding("LINKS_NOTHING_TO_UNDO", Severity.INFO,
+        return Result(layout, None, [], findings=[Finding("links-nothing-to-undo", Severity.INFO,
                                                           f"no undo record in {layout.prefix}; nothing to undo")])
     steps, findings = undo_steps(layout, record)
     result = Result(layout, None, steps, findings=findings)

@@ -37,13 +37,13 @@ def problems_before_change(layout: Layout, steps: list[Step], record_dir: str) -
     for step in steps:
         where = os.path.dirname(step.path)
         if not layout.inside(where) or (step.target and not layout.inside(os.path.join(where, step.target))):
-            found.append(Finding("LINKS_OUTSIDE_PREFIX", Severity.ERROR,
+            found.append(Finding("links-outside-prefix", Severity.ERROR,
                                  f"refused: {step.path} -> {step.target} would lead outside {layout.prefix}"))
     dirs = sorted({os.path.dirname(s.path) for s in steps})
     dirs.append(record_dir if os.path.isdir(record_dir) else os.path.dirname(record_dir))
     read_only = [d for d in dict.fromkeys(dirs) if not writable(d)]
     if read_only:
-        found.append(Finding("LINKS_READ_ONLY", Severity.ERROR,
+        found.append(Finding("links-read-only", Severity.ERROR,
                              f"cannot create links in {', '.join(read_only)}; nothing was changed",
                              "run as the prefix's owner, or fix the permissions, then rerun"))
     return found

@@ -76,11 +76,11 @@ def _lib64(plan: Plan) -> None:
     if now.kind == "absent":
         plan.steps.append(Step("link", layout.lib64, "lib", now, "tools that use $CUDA_HOME/lib64 (DeepSpeed) need it"))
     elif now.kind == "dir":
-        plan.note("LINKS_LIB64_DIR", INFO, "lib64 is a real directory; left as it is")
+        plan.note("links-lib64-dir", INFO, "lib64 is a real directory; left as it is")
     elif now.real != os.path.realpath(layout.lib):
         what = f"a link to {now.target!r}" if now.kind == "link" else f"a {now.kind}"
         plan.note(
-            "LINKS_LIB64_CONFLICT",
+            "links-lib64-conflict",
             ERROR,
             f"{layout.lib64} is {what}, not a link to lib; $CUDA_HOME/lib64 would not find the libraries",
             f"move it aside yourself (e.g. mv {layout.lib64} {layout.lib64}.old) and rerun gptforge fix-links",
@@ -98,9 +98,9 @@ def _libraries(plan: Plan) -> None:
 def _family(plan: Plan, family: Family, names: list[tuple[str, str]]) -> None:
     found, ignored = scan.candidates(plan.layout, family, names)
     for item in ignored:
-        plan.note("LINKS_CANDIDATE_IGNORED", INFO, f"{family.stem}: {item.path} ignored: {item.reason}")
+        plan.note("links-candidate-ignored", INFO, f"{family.stem}: {item.path} ignored: {item.reason}")
     if not found:
-        plan.note("LINKS_NO_REAL_FILE", WARNING,
+        plan.note("links-no-real-file", WARNING,
                   f"{family.stem}: names present but no usable real library file in the prefix; links left as they are",
                   "reinstall the package that provides it if something needs it")
         return
@@ -124,14 +124,14 @@ def _wanted(plan: Plan, family: Family, found: list[scan.Candidate]) -> dict[str
         return {family.unversioned(): top, **wanted}
     verdicts = [(c, family.matches(c.version, plan.cuda)) for c in found]
     if any(v is None for _, v in verdicts):
-        plan.note("LINKS_RULE_UNKNOWN", WARNING,
+        plan.note("links-rule-unknown", WARNING,
                   f"{family.stem}: gptforge has no version facts for it with CUDA {_v(plan.cuda)}; links left as they are",
                   "pass --cuda X.Y if the environment's CUDA is another release")
         return {}
     matching = [c for c, ok in verdicts if ok]
     if not matching:
         have = ", ".join(sorted(_v(c.version) for c in found))
-        plan.note("LINKS_NO_MATCH", ERROR,
+        plan.note("links-no-match", ERROR,
                   f"{family.stem}: no real file for CUDA {_v(plan.cuda)} in the prefix (found {have})",
                   f"install the {family.stem} of CUDA {_v(plan.cuda)} (e.g. pin cuda-version={_v(plan.cuda)}), or pass --cuda")
         return {}
@@ -152,7 +152,7 @@ def _point(plan: Plan, family: Family, name: str, cand: scan.Candidate, *, creat
         plan.steps.append(Step("link", path, link_text(path, cand.real), now,
                                f"{family.stem} {_v(cand.version)}: {why[now.kind]}"))
         return
-    plan.note("LINKS_NAME_BLOCKED", ERROR,
+    plan.note("links-name-blocked", ERROR,
               f"{family.stem}: {plan.layout.rel(path)} is a {now.kind}, not a link, and is not {os.path.basename(cand.real)}; "
               "fix-links never replaces files",
               f"remove or rename {path} yourself, then rerun gptforge fix-links")
@@ -171,7 +171,7 @@ def _headers(plan: Plan) -> None:
     if top.real == target_real:
         return
     if top.kind != "dir" or not layout.inside(layout.include):
-        plan.note("LINKS_HEADER_SHADOWED", WARNING,
+        plan.note("links-header-shadowed", WARNING,
                   f"{layout.include} is not a directory of the prefix; CUDA headers not linked into it")
         return
     for name in sorted(os.listdir(layout.target_include)):
@@ -187,7 +187,7 @@ def _header(plan: Plan, name: str) -> None:
     if now.kind == "absent" or (now.kind == "link" and now.real is None):
         plan.steps.append(Step("link", path, link_text(path, source), now, "CUDA header reachable from $CUDA_HOME/include"))
     elif not (now.kind == "file" and os.path.isfile(source) and _same_bytes(path, source)):
-        plan.note("LINKS_HEADER_SHADOWED", WARNING,
+        plan.note("links-header-shadowed", WARNING,
                   f"include/{name} exists and is not the CUDA one; left as it is (nvcc still finds the CUDA one)")
 
 

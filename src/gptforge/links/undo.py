@@ -30,7 +30,7 @@ def undo_steps(layout: Layout, record: UndoRecord) -> tuple[list[Step], list[Fin
         if before["kind"] == "link" and now.kind == "link" and now.target == before["target"]:
             continue
         if now.kind not in ("absent", "link"):
-            findings.append(Finding("LINKS_UNDO_CONFLICT", Severity.ERROR,
+            findings.append(Finding("links-undo-conflict", Severity.ERROR,
                                     f"{item['path']} is now a {now.kind}; not restored",
                                     "move it aside yourself and rerun --undo"))
         elif before["kind"] == "absent":
@@ -42,7 +42,7 @@ def undo_steps(layout: Layout, record: UndoRecord) -> tuple[list[Step], list[Fin
 
 def run_undo_steps(layout: Layout, record: UndoRecord, steps: list[Step]) -> list[Finding]:
     problems = [f for f in problems_before_change(layout, steps, os.path.dirname(layout.undo_path))
-                if f.code != "LINKS_OUTSIDE_PREFIX"]  # restoring a user's own earlier link is allowed
+                if f.code != "links-outside-prefix"]  # restoring a user's own earlier link is allowed
     if problems:
         return problems
     record.save("undoing")
