@@ -4,36 +4,42 @@
       -> [Finding(code="driver-too-old", severity=error, ...)]
 
 Finding codes are a stable API; docs/compat.md lists them.
+
+Names are resolved lazily (PEP 562): ``import gptforge.compat.findings`` must stay cheap, because every
+CLI command imports it and ``fix-links`` runs on each environment activation.
 """
 
-from gptforge.compat.archlist import arch_list_for, targetable_arches
-from gptforge.compat.arches import Arch, parse_arch, parse_arch_list
-from gptforge.compat.combination import Combination
-from gptforge.compat.environments import Environment, Recommendation, Verdict, environment, environments, recommend
-from gptforge.compat.findings import Finding, Severity, is_ok, report_json
-from gptforge.compat.gpus import UnknownGpu, gpu_cc, validate_cc
-from gptforge.compat.rules import check
-from gptforge.compat.versions import (
-    CudaVersion,
-    DriverVersion,
-    TorchVersion,
-    VersionError,
-    format_cc,
-    parse_cc,
-    parse_clang,
-    parse_cuda,
-    parse_cudnn,
-    parse_driver,
-    parse_gcc,
-    parse_nccl,
-    parse_python,
-    parse_torch,
-)
+from importlib import import_module
 
-__all__ = [
-    "Arch", "Combination", "CudaVersion", "DriverVersion", "Environment", "Finding", "Recommendation",
-    "Severity", "TorchVersion", "UnknownGpu", "Verdict", "VersionError", "arch_list_for", "check",
-    "environment", "environments", "format_cc", "gpu_cc", "is_ok", "parse_arch", "parse_arch_list",
-    "parse_cc", "parse_clang", "parse_cuda", "parse_cudnn", "parse_driver", "parse_gcc", "parse_nccl",
-    "parse_python", "parse_torch", "recommend", "report_json", "targetable_arches", "validate_cc",
-]
+_EXPORTS = {
+    "gptforge.compat.archlist": ("arch_list_for", "targetable_arches"),
+    "gptforge.compat.arches": ("Arch", "parse_arch", "parse_arch_list"),
+    "gptforge.compat.combination": ("Combination",),
+    "gptforge.compat.project_envs": (
+        "Environment", "Recommendation", "Verdict", "environment", "environments", "recommend",
+    ),
+    "gptforge.compat.findings": ("Finding", "Severity", "is_ok", "report_json"),
+    "gptforge.compat.gpus": ("UnknownGpu", "gpu_cc", "validate_cc"),
+    "gptforge.compat.rules": ("check",),
+    "gptforge.compat.versions": (
+        "CudaVersion", "DriverVersion", "TorchVersion", "VersionError", "format_cc", "parse_cc",
+        "parse_clang", "parse_cuda", "parse_cudnn", "parse_driver", "parse_gcc", "parse_nccl",
+        "parse_python", "parse_torch",
+    ),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gptforge.compat' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

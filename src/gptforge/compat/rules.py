@@ -35,7 +35,7 @@ def _env_hint(ctx: Context, suggest: bool, *, driver: DriverVersion | None = Non
     """'use the cuda-12-6 environment: pixi run -e cuda-12-6 setup' for this driver and GPUs."""
     if not suggest:
         return None
-    from gptforge.compat.environments import recommend_environment
+    from gptforge.compat.project_envs import recommend_environment
 
     env = recommend_environment(driver or ctx.driver, ctx.ccs)
     if env is None or env.cuda is None:
