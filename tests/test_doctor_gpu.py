@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -49,4 +50,15 @@ def test_loaded_libcudart_is_torch_runtime(report):
     assert loaded, "a CUDA build of torch maps libcudart when imported"
     want = ".".join(m["torch"]["cuda"].split(".")[:2])
     assert all(lib["version"] == want for lib in loaded), loaded
-    assert "libcudart-version-mismatch" not in codes(data)
+    assert len({lib["real_path"] for lib in loaded}) == 1, "one CUDA runtime per process"
+    assert all(os.path.isfile(lib["real_path"]) for lib in loaded)
+    assert not codes(data) & {"libcudart-version-mismatch", "libcudart-multiple"}
+
+
+def test_fp8_verdict_follows_compute_capability(report):
+    _, data = report
+    ccs = [tuple(map(int, g["compute_capability"].split("."))) for g in data["machine"]["driver"]["gpus"]]
+    if any(cc >= (9, 0) for cc in ccs):  # Hopper and newer: FP8 always (Ada also needs CUDA >= 12.1)
+        assert data["machine"]["transformer_engine"]["fp8_usable"] is True
+    if all(cc < (8, 9) for cc in ccs):
+        assert data["machine"]["transformer_engine"]["fp8_usable"] is False
