@@ -155,7 +155,8 @@ def test_nonexistent_cuda_home_is_an_error_without_traceback(tmp_path):
                     reason="apex sources absent (set GPTFORGE_APEX_SRC)")
 def test_python_only_apex_is_an_error():
     """apex's own Python package without its compiled extensions, as a Python-only install leaves it."""
-    done, data = doctor_json(PYTHONPATH=APEX_SRC)
+    pythonpath = os.pathsep.join(p for p in (APEX_SRC, os.environ.get("PYTHONPATH")) if p)
+    done, data = doctor_json(PYTHONPATH=pythonpath)
     finding = next(f for f in data["findings"] if f["code"] == "apex-python-only")
     assert "No module named 'fused_layer_norm_cuda'" in finding["message"] and finding["severity"] == "error"
     assert done.returncode == 1
