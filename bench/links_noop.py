@@ -97,10 +97,17 @@ def main() -> None:
         def run_cli():
             subprocess.run([*cli, "fix-links", "--prefix", prefix], check=True, capture_output=True, env=env)
 
+        def run_module():
+            subprocess.run([sys.executable, "-m", "gptforge.links", "--prefix", prefix], check=True,
+                           capture_output=True, env=env)
+
         rows = [
             ("plan only (in-process)", timed(lambda: make_plan(Layout.of(prefix), CUDA), args.runs)),
             ("plan + libcudart proof (in-process)", timed(lambda: links.fix(prefix, CUDA), args.runs)),
             ("gptforge fix-links (whole CLI, subprocess)", timed(run_cli, max(5, args.runs // 2))),
+            ("python -m gptforge.links (activation entry)", timed(run_module, max(5, args.runs // 2))),
+            ("gptforge --help (CLI start-up, reference)",
+             timed(lambda: subprocess.run([*cli, "--help"], check=True, capture_output=True), max(5, args.runs // 2))),
             ("python -c pass (interpreter start, reference)",
              timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), max(5, args.runs // 2))),
         ]

@@ -38,6 +38,15 @@ def _run(*args, env=None):
                           capture_output=True, text=True, env=full)
 
 
+def test_module_entry_point_is_the_same_command(env):
+    out = subprocess.run([sys.executable, "-m", "gptforge.links", "--prefix", env, "--json"],
+                         capture_output=True, text=True, env=_clean_env())
+    assert out.returncode == 0 and json.loads(out.stdout)["applied"] == 4
+    bad = subprocess.run([sys.executable, "-m", "gptforge.links", "--prefix", env, "--cuda", "x"],
+                         capture_output=True, text=True, env=_clean_env())
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
 def test_help_explains_exit_codes(cli):
     out = cli("fix-links", "--help")
     assert out.returncode == 0
@@ -189,6 +198,15 @@ def test_read_only_lib_changes_nothing(env):
         assert snapshot(env) == before
     finally:
         subprocess.run(["chattr", "-i", lib], capture_output=True) if root else os.chmod(lib, 0o755)
+
+
+def test_undo_dry_run_shows_and_keeps(env):
+    assert _run("fix-links", "--prefix", env).returncode == 0
+    fixed = snapshot(env)
+    out = _run("fix-links", "--prefix", env, "--undo", "--dry-run", "--json")
+    report = json.loads(out.stdout)
+    assert out.returncode == 0 and report["mode"] == "undo (dry run)" and len(report["steps"]) == 4
+    assert snapshot(env) == fixed
 
 
 def test_undo_without_record_is_a_no_op(env):

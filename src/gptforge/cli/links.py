@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -22,7 +23,11 @@ read-only, or verification failed; 2 usage error (no environment, bad --cuda, no
 
 def register(subparsers, groups) -> None:
     parser = subparsers.add_parser("fix-links", help=HELP, description=DESCRIPTION,
-                                   formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+
+
+def add_arguments(parser) -> None:
     parser.add_argument("--prefix", metavar="DIR",
                         help="environment prefix (default: the active one, $CONDA_PREFIX or the pixi env)")
     parser.add_argument("--cuda", metavar="X.Y",
@@ -40,7 +45,7 @@ def run(args) -> int:
 
     prefix = resolve_prefix(args.prefix)
     if args.undo:
-        result, source = links.undo(prefix), None
+        result, source = links.undo(prefix, dry_run=args.dry_run), None
     else:
         cuda, source = expected_cuda(args.cuda, prefix)
         result = links.fix(prefix, cuda, dry_run=args.dry_run)
@@ -56,7 +61,7 @@ def _as_json(result, source, undo: bool) -> dict:
     return {
         "ok": result.ok,
         "exit_code": result.exit_code,
-        "mode": "undo" if undo else "dry-run" if result.dry_run else "fix",
+        "mode": ("undo" if undo else "fix") + (" (dry run)" if result.dry_run else ""),
         "prefix": layout.prefix,
         "cuda": ".".join(map(str, result.cuda)) if result.cuda else None,
         "cuda_source": source,
@@ -93,5 +98,5 @@ def _print_text(result, source, undo: bool) -> None:
     for f in result.findings:
         fix = f"  -> {f.fix}" if f.fix else ""
         out.write(f"{f.severity.value}: {f.code}: {f.message}{fix}\n")
-    if undo and result.ok and result.steps:
+    if undo and result.ok and result.steps and not result.dry_run:
         out.write("restored the links recorded before fix-links\n")

@@ -76,15 +76,15 @@ def _verify(plan: Plan, result: Result) -> None:
                 "the real file's name does not tell its version; reinstall cuda-cudart for this CUDA"))
 
 
-def undo(prefix: str) -> Result:
+def undo(prefix: str, *, dry_run: bool = False) -> Result:
     layout = Layout.of(prefix)
     record = UndoRecord.load(layout)
     if record is None:
         return Result(layout, None, [], findings=[Finding("links-nothing-to-undo", Severity.INFO,
                                                           f"no undo record in {layout.prefix}; nothing to undo")])
     steps, findings = undo_steps(layout, record)
-    result = Result(layout, None, steps, findings=findings)
-    if findings:
+    result = Result(layout, None, steps, findings=findings, dry_run=dry_run)
+    if findings or dry_run:
         return result
     result.findings += run_undo_steps(layout, record, steps)
     result.applied = 0 if result.findings else len(steps)
