@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gptforge.compat import check
 from gptforge.compat.findings import Finding, Severity, is_ok, report_json
 from gptforge.doctor.checks import live_findings
+from gptforge.doctor.combination import combination_from_machine
 from gptforge.probe import probe_machine
 
 _ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
@@ -30,9 +32,6 @@ class DoctorReport:
 
 def rule_findings(machine: dict) -> list[Finding]:
     """The compatibility engine's findings for the combination this machine holds."""
-    from gptforge.compat import check
-    from gptforge.doctor.combination import combination_from_machine
-
     return list(check(combination_from_machine(machine)))
 
 
