@@ -174,6 +174,20 @@ def test_runtime_outside_the_prefix_is_never_linked(env, tmp_path):
                 assert os.path.realpath(path).startswith(os.path.realpath(env))
 
 
+def test_link_that_would_lead_outside_is_refused(tmp_path):
+    """lib is itself a link out of the prefix: lib64 -> lib would lead outside, so nothing is done."""
+    outside = tmp_path / "shared-lib"
+    outside.mkdir()
+    prefix = tmp_path / "env"
+    prefix.mkdir()
+    os.symlink(outside, prefix / "lib")
+    before = snapshot(str(prefix))
+    out = _run("fix-links", "--prefix", str(prefix), "--cuda", "12.8", "--json")
+    report = json.loads(out.stdout)
+    assert out.returncode == 1 and "links-outside-prefix" in [f["code"] for f in report["findings"]]
+    assert snapshot(str(prefix)) == before and report["applied"] == 0
+
+
 def test_no_runtime_for_the_expected_cuda_exits_1_and_says_why(env):
     out = _run("fix-links", "--prefix", env, "--cuda", "12.6", "--json")
     report = json.loads(out.stdout)
