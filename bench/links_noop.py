@@ -94,23 +94,22 @@ def main() -> None:
         cli = [exe] if os.path.exists(exe) else [sys.executable, "-m", "gptforge"]
         env = {k: v for k, v in os.environ.items() if k != "CONDA_PREFIX"}
 
-        def run_cli():
-            subprocess.run([*cli, "fix-links", "--prefix", prefix], check=True, capture_output=True, env=env)
-
-        def run_module():
-            subprocess.run([sys.executable, "-m", "gptforge.links", "--prefix", prefix], check=True,
-                           capture_output=True, env=env)
-
         rows = [
             ("plan only (in-process)", timed(lambda: make_plan(Layout.of(prefix), CUDA), args.runs)),
             ("plan + libcudart proof (in-process)", timed(lambda: links.fix(prefix, CUDA), args.runs)),
-            ("gptforge fix-links (whole CLI, subprocess)", timed(run_cli, max(5, args.runs // 2))),
-            ("python -m gptforge.links (activation entry)", timed(run_module, max(5, args.runs // 2))),
-            ("gptforge --help (CLI start-up, reference)",
-             timed(lambda: subprocess.run([*cli, "--help"], check=True, capture_output=True), max(5, args.runs // 2))),
-            ("python -c pass (interpreter start, reference)",
-             timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), max(5, args.runs // 2))),
         ]
+        commands = [
+            ("gptforge fix-links (whole CLI, subprocess)", [*cli, "fix-links", "--prefix", prefix]),
+            ("python -m gptforge.links (activation entry)", [sys.executable, "-m", "gptforge.links", "--prefix", prefix]),
+            ("gptforge --help (CLI start-up, reference)", [*cli, "--help"]),
+            ("python -c pass (interpreter start, reference)", [sys.executable, "-c", "pass"]),
+        ]
+        # round-robin, so that a change in machine load hits every command alike
+        times: dict[str, list[float]] = {name: [] for name, _ in commands}
+        for _ in range(max(5, args.runs // 2)):
+            for name, argv in commands:
+                times[name] += timed(lambda: subprocess.run(argv, check=True, capture_output=True, env=env, cwd=root), 1)
+        rows += list(times.items())
         entries = len(os.listdir(os.path.join(prefix, "lib")))
         print(f"no-op fix-links on a prefix with {entries} entries in lib/, {len(FAMILIES)} CUDA library families, "
               f"150 headers ({args.runs} runs; milliseconds)")
