@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from gptforge import links
 from gptforge.links.families import families_for
@@ -158,7 +158,7 @@ def check_invariants(spec: dict, prefix: str, before: dict, result) -> None:
         assert os.path.isfile(os.path.join(prefix, "include", "crt", "host_config.h"))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=prefixes())
 def test_fix_is_safe_idempotent_and_undoable(spec):
     prefix = tempfile.mkdtemp(prefix="gptforge-links-prop-")
@@ -166,6 +166,9 @@ def test_fix_is_safe_idempotent_and_undoable(spec):
         build(spec, prefix)
         before = snapshot(prefix)
         result = links.fix(prefix, spec["cuda"])
+        event(f"exit {result.exit_code}, {'some' if result.steps else 'no'} changes")
+        for f in result.findings:
+            event(f"finding {f.code}")
         check_invariants(spec, prefix, before, result)
         again = links.fix(prefix, spec["cuda"])
         assert again.steps == [], "a second run must plan nothing"
@@ -210,7 +213,7 @@ def _thaw(path: str, root: bool) -> None:
         os.chmod(path, 0o755)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=prefixes(), frozen=st.sets(st.sampled_from(["", "lib", "include", "targets/x86_64-linux/lib"]), min_size=1))
 def test_read_only_parts_are_reported_not_half_changed(spec, frozen):
     root = os.geteuid() == 0
@@ -238,6 +241,7 @@ def test_read_only_parts_are_reported_not_half_changed(spec, frozen):
         touched = {os.path.dirname(s.path) for s in planned.steps}
         if planned.steps and (touched & set(frozen_dirs) or prefix in frozen_dirs):
             assert "links-read-only" in codes, report
+        event("read-only reported" if "links-read-only" in codes else "not read-only where it mattered")
         if "links-read-only" in codes:
             assert out.returncode == 1 and report["applied"] == 0
             assert snapshot(prefix) == before, "a read-only prefix must not be half-changed"
