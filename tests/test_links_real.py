@@ -17,22 +17,10 @@ import pytest
 from conftest import run_cli
 from gptforge.links.elf import read_soname
 from gptforge.links.verify import load_versions
-from test_links_support import snapshot, symlink
+from test_links_support import snapshot, symlink, toolkit_cudart
 
 DECOY_WHEEL = "nvidia-cuda-runtime-cu12==12.8.90"
 DECOY_VERSION = (12, 8, 90)
-
-
-def _toolkit_cudart() -> tuple[str, int]:
-    cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    found = [p for p in glob.glob(os.path.join(cuda, "lib*", "libcudart.so.*")) if not os.path.islink(p)]
-    if not found:
-        pytest.skip(f"no real libcudart under {cuda}/lib64 (set CUDA_HOME to a CUDA toolkit)")
-    path = sorted(found)[-1]
-    loaded = load_versions([path])[0]
-    if loaded.version is None:
-        pytest.skip(f"the toolkit's libcudart cannot be loaded here: {loaded.error}")
-    return path, loaded.version
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +46,7 @@ def decoy_cudart(request) -> str:
 
 
 def test_decoy_loaded_before_and_real_runtime_after(tmp_path, decoy_cudart):
-    real, number = _toolkit_cudart()
+    real, number = toolkit_cudart()
     major, minor = number // 1000, number % 1000 // 10
     cuda = f"{major}.{minor}"
     assert read_soname(real) == f"libcudart.so.{major}"

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import shutil
@@ -99,3 +100,23 @@ def install_library(prefix: str, stem: str, version: tuple[int, ...], *, place: 
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         shutil.copyfile(lib, dest)
     return dest
+
+
+def toolkit_dir() -> str:
+    """The CUDA toolkit the tests take real files from: $CUDA_HOME, else /usr/local/cuda."""
+    return os.environ.get("CUDA_HOME", "/usr/local/cuda")
+
+
+def toolkit_cudart() -> tuple[str, int]:
+    """(path, cudaRuntimeGetVersion) of the toolkit's real libcudart; skips the test without one."""
+    from gptforge.links.verify import load_versions
+
+    cuda = toolkit_dir()
+    found = [p for p in glob.glob(os.path.join(cuda, "lib*", "libcudart.so.*")) if not os.path.islink(p)]
+    if not found:
+        pytest.skip(f"no real libcudart under {cuda}/lib64 (set CUDA_HOME to a CUDA toolkit)")
+    path = sorted(found)[-1]
+    loaded = load_versions([path])[0]
+    if loaded.version is None:
+        pytest.skip(f"the toolkit's libcudart cannot be loaded here: {loaded.error}")
+    return path, loaded.version
