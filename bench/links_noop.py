@@ -12,7 +12,6 @@ links_noop.json to $GPTFORGE_BENCH_OUT when set.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import shutil

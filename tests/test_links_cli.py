@@ -10,7 +10,6 @@ import sys
 
 import pytest
 
-from conftest import run_cli
 from test_links_support import install_library, snapshot, symlink, write
 
 

@@ -77,6 +77,3 @@ def families_for(cuda: Version) -> list[Family]:
         )
     return out
 
-
-def stems() -> list[str]:
-    return [row["stem"] for row in _data()["families"]]
