@@ -21,6 +21,25 @@ overrides are Megatron-style config keys: key=value (see --list-keys); unknown k
 """
 
 
+def intermixed(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Let KEY=VALUE overrides sit before, between and after options (argparse alone takes one run)."""
+
+    class Intermixed(type(parser)):
+        _inside = False
+
+        def parse_known_args(self, args=None, namespace=None):
+            if self._inside:
+                return super().parse_known_args(args, namespace)
+            self._inside = True
+            try:
+                return self.parse_known_intermixed_args(args, namespace)
+            finally:
+                self._inside = False
+
+    parser.__class__ = Intermixed
+    return parser
+
+
 def register(subparsers, groups) -> None:
     p = subparsers.add_parser("train", help=TRAIN_HELP, description=TRAIN_HELP, epilog=TRAIN_EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -38,6 +57,7 @@ def register(subparsers, groups) -> None:
     p.add_argument("--list-configs", action="store_true", help="print the packaged configs and exit")
     p.add_argument("--list-keys", action="store_true", help="print every config key with its default and exit")
     p.set_defaults(func=run_train)
+    intermixed(p)
 
     s = subparsers.add_parser("sample", help="generate text from a training checkpoint",
                               description="generate text from a checkpoint (a run directory or one step_* directory)")

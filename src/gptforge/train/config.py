@@ -212,6 +212,9 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
         raise UsageError("lr-warmup-fraction", f"{cfg.lr_warmup_fraction} is outside [0, 1)", "e.g. 0.01")
     if cfg.min_lr > cfg.lr:
         raise UsageError("min-lr", f"{cfg.min_lr} is above lr={cfg.lr}", "set min-lr <= lr")
+    if cfg.warmup_iters() >= cfg.decay_iters():
+        raise UsageError("lr-warmup-iters", f"warmup ({cfg.warmup_iters()} steps) does not end before the decay does "
+                         f"({cfg.decay_iters()})", "shorten the warmup or train longer")
     if not 0.0 <= cfg.dropout < 1.0:
         raise UsageError("dropout", f"{cfg.dropout} is outside [0, 1)", "e.g. 0.0")
     validate_split(cfg.split)

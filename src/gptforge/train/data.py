@@ -74,7 +74,7 @@ def check_data_paths(cfg: TrainConfig) -> None:
     for prefix in prefixes:
         missing = [ext for ext in (".bin", ".idx") if not Path(prefix + ext).is_file()]
         if missing:
-            raise UsageError("data-path", f"{prefix}{' and '.join(missing)} not found",
+            raise UsageError("data-path", f"{' and '.join(prefix + ext for ext in missing)} not found",
                              "give the prefix of a 'gptforge data prepare' output (PATH without .bin/.idx), "
                              "or leave data-path empty to use the embedded corpus")
     if prefixes and cfg.tokenizer_type == "default":
@@ -97,25 +97,31 @@ def sample_counts(cfg: TrainConfig) -> tuple[int, int, int]:
     return cfg.train_iters * cfg.global_batch_size, cfg.eval_iters * cfg.global_batch_size, 1
 
 
-def build(cfg: TrainConfig, default_paths=None) -> DataSetup:
+def tokenizer_for(cfg: TrainConfig, default_paths=None) -> tuple[TokenizerSpec, int]:
+    """The run's tokenizer and its vocabulary size (cheap: no dataset index is built)."""
+    if cfg.data_path:
+        spec = TokenizerSpec(cfg.tokenizer_type, cfg.tokenizer_dir, cfg.vocab_file, cfg.merge_file)
+    else:
+        spec = TokenizerSpec(DEFAULT_TOKENIZER, tokenizer_dir=str(default_paths.tokenizer_dir))
+    return spec, spec.load().vocab_size
+
+
+def build(cfg: TrainConfig, default_paths, spec: TokenizerSpec, vocab_size: int) -> DataSetup:
     from gptforge.data.gpt_dataset import build_gpt_datasets
 
     if cfg.data_path:
         prefixes, weights = prefixes_and_weights(cfg)
-        spec = TokenizerSpec(cfg.tokenizer_type, cfg.tokenizer_dir, cfg.vocab_file, cfg.merge_file)
         description = f"data: {' '.join(cfg.data_path)}"
     else:
         prefixes, weights = [str(default_paths.prefix)], None
-        spec = TokenizerSpec(DEFAULT_TOKENIZER, tokenizer_dir=str(default_paths.tokenizer_dir))
         description = f"data: embedded default corpus ({default_paths.prefix})"
-    tokenizer = spec.load()
     train, valid, _ = build_gpt_datasets(
         prefixes, weights, split=cfg.split, seq_length=cfg.seq_length, num_samples=sample_counts(cfg),
         seed=cfg.seed, cache_dir=str(Path(cfg.data_cache_dir) / "index-cache"),
     )
-    if len(valid) == 0:
+    if valid is None or len(valid) == 0:
         raise UsageError("split", f"{cfg.split!r} leaves no validation documents", "give the second weight a share, e.g. 949,50,1")
-    return DataSetup(train, valid, spec, tokenizer.vocab_size, description)
+    return DataSetup(train, valid, spec, vocab_size, description)
 
 
 def batch(dataset, start: int, count: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

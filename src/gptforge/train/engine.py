@@ -80,8 +80,19 @@ class TorchEngine:
             self.scaler.load_state_dict(trainer_state["scaler"])
 
 
+def resolve_deepspeed_config(name_or_path: str) -> str:
+    """A JSON path, or the name of a packaged one: zero1, zero2, zero3, zero2-fp16."""
+    from importlib import resources
+
+    packaged = resources.files("gptforge") / "configs" / "deepspeed" / f"{name_or_path}.json"
+    if not Path(name_or_path).is_file() and packaged.is_file():
+        return str(packaged)
+    return name_or_path
+
+
 def read_deepspeed_config(path: str, cfg: TrainConfig, world_size: int) -> dict:
     """The user's DeepSpeed JSON, checked against the run's batch sizes and completed from the config."""
+    path = resolve_deepspeed_config(path)
     try:
         ds = json.loads(Path(path).read_text())
     except FileNotFoundError:

@@ -114,9 +114,9 @@ class Trainer:
             self.console = Console(quiet=True)
         if self.data is None:
             self.data = self.load_data()
+        elif self.resume_state is not None:
+            checkpoint.check_shape(self.resume_state, cfg.model_config(self.data.vocab_size).shape(), self.resume_ckpt)
         mcfg = cfg.model_config(self.data.vocab_size)
-        if self.resume_state is not None:
-            checkpoint.check_shape(self.resume_state, mcfg.shape(), self.resume_ckpt)
         if self.device.type == "cuda" and cfg.tf32:
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
@@ -174,7 +174,10 @@ class Trainer:
             distributed.barrier(self.env)
             if self.env.local_rank != 0:
                 default_paths = datamod.prepare_default_corpus(self.cfg)
-        return datamod.build(self.cfg, default_paths)
+        spec, vocab_size = datamod.tokenizer_for(self.cfg, default_paths)
+        if self.resume_state is not None:  # before the dataset indices and any GPU work
+            checkpoint.check_shape(self.resume_state, self.cfg.model_config(vocab_size).shape(), self.resume_ckpt)
+        return datamod.build(self.cfg, default_paths, spec, vocab_size)
 
     def prepare_run_dir(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,79 @@
+"""Exact resume: a run SIGKILLed mid-step or mid-save, then resumed, logs the uninterrupted run's losses
+bit for bit (CPU, fp32); a killed save never leaves a checkpoint that --resume would pick up."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from conftest import run_cli
+from gptforge.train import checkpoint
+
+# A small but complete setup: dropout (RNG state matters), gradient accumulation 2, eval and save every 4.
+SMALL = ["num-layers=1", "hidden-size=32", "num-attention-heads=2", "seq-length=32", "max-position-embeddings=32",
+         "micro-batch-size=4", "global-batch-size=8", "train-iters=12", "save-interval=4", "eval-interval=4",
+         "eval-iters=2", "log-interval=4", "lr-warmup-iters=2", "dropout=0.1"]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.getbasetemp() / "train-data-cache"
+
+
+def train(run_dir, cache, *extra, kill_at=None, cwd=None):
+    env = {"OMP_NUM_THREADS": "1", **({"GPTFORGE_TEST_KILL_AT": kill_at} if kill_at else {})}
+    return run_cli("train", "--config", "gpt2-tiny", "--run-dir", str(run_dir), *SMALL, f"data-cache-dir={cache}",
+                   *extra, env=env, cwd=cwd)
+
+
+def history(run_dir) -> list[tuple]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [(r["kind"], r["step"], r["loss"]) for r in map(json.loads, lines)]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, cache):
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    proc = train(run_dir, cache, cwd=run_dir.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return history(run_dir)
+
+
+@pytest.mark.parametrize("kill_at,resumes_from", [("step:7", 4), ("save:8", 4)])
+def test_killed_run_resumes_bitwise(tmp_path, cache, reference, kill_at, resumes_from):
+    run_dir = tmp_path / "run"
+    killed = train(run_dir, cache, kill_at=kill_at, cwd=tmp_path)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert checkpoint.latest(run_dir / "checkpoints").name == checkpoint.step_dir_name(resumes_from)
+    resumed = train(run_dir, cache, "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming from" in resumed.stdout and f"(step {resumes_from})" in resumed.stdout
+    got = history(run_dir)
+    assert [h[:2] for h in got] == [h[:2] for h in reference]
+    assert got == reference  # float equality of every train and eval loss
+
+
+def test_killed_save_is_never_picked_up(tmp_path, cache):
+    run_dir = tmp_path / "run"
+    killed = train(run_dir, cache, kill_at="save:8", cwd=tmp_path)
+    assert killed.returncode == -signal.SIGKILL
+    root = run_dir / "checkpoints"
+    staged = root / ".tmp-step_00000008"
+    assert (staged / "model.pt").is_file() and not (staged / "trainer.pt").exists()  # died mid-save
+    assert not (root / "step_00000008").exists()
+    assert [p.name for p in checkpoint.complete_checkpoints(root)] == ["step_00000004"]
+    assert (root / "latest").read_text().strip() == "step_00000004"
+    resumed = train(run_dir, cache, "--resume", "train-iters=8", cwd=tmp_path)  # stop right after step 8
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert not staged.exists()  # the leftover was cleaned, the step saved again in full
+    assert [p.name for p in checkpoint.complete_checkpoints(root)] == ["step_00000004", "step_00000008"]
+
+
+def test_keep_last_prunes_old_checkpoints(tmp_path, cache):
+    run_dir = tmp_path / "run"
+    proc = train(run_dir, cache, "keep-last=1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert names == ["latest", "step_00000012"]

@@ -1,0 +1,75 @@
+"""`gptforge train` bad input: one line, non-zero exit, no traceback, nothing written; NaN loss reported."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_cli
+
+TINY = ["num-layers=1", "hidden-size=32", "num-attention-heads=2", "seq-length=32", "max-position-embeddings=32",
+        "micro-batch-size=4", "global-batch-size=4", "eval-iters=1", "lr-warmup-iters=1"]
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.getbasetemp() / "train-data-cache"
+
+
+def one_line_error(proc, code: int, *needles: str) -> None:
+    assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("args,env,needles", [
+    (["hidden-sise=64"], {}, ["unknown config key 'hidden-sise'", "did you mean 'hidden-size'"]),
+    (["global-batch-size=24"], {}, ["global-batch-size", "not divisible by micro-batch-size (16) x data-parallel size (1)"]),
+    (["global-batch-size=16"], {"WORLD_SIZE": "2"}, ["data-parallel size (2) = 32"]),
+    (["seq-length=128"], {}, ["seq-length", "longer than the position table (max-position-embeddings=64)"]),
+    (["data-path=missing/corpus_text_document", "tokenizer-type=bytelevel"], {}, ["missing/corpus_text_document.bin", "not found"]),
+    (["--config", "gpt2-huge"], {}, ["no config file or packaged config named 'gpt2-huge'"]),
+    (["--deepspeed", "nope.json"], {}, ["--deepspeed", "nope.json not found"]),
+])
+def test_bad_input_fails_before_any_work(tmp_path, args, env, needles):
+    proc = run_cli("train", "--run-dir", str(tmp_path / "run"), *args, env=env, cwd=tmp_path)
+    one_line_error(proc, 2, *needles)
+    assert not (tmp_path / "run").exists() and not (tmp_path / ".gptforge").exists()
+
+
+def test_deepspeed_batch_disagreement(tmp_path):
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_batch_size": 64, "zero_optimization": {"stage": 2}}))
+    proc = run_cli("train", "--run-dir", str(tmp_path / "run"), "--deepspeed", str(ds), cwd=tmp_path)
+    one_line_error(proc, 2, "train_batch_size=64", "disagrees with the run config (16)")
+
+
+def test_checkpoint_from_another_shape_is_refused(tmp_path, cache):
+    run_dir = tmp_path / "run"
+    ok = run_cli("train", "--run-dir", str(run_dir), *TINY, "train-iters=2", "save-interval=2",
+                 f"data-cache-dir={cache}", cwd=tmp_path, env=ONE_THREAD)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    proc = run_cli("train", "--run-dir", str(run_dir), "--resume", *TINY, "hidden-size=64", "train-iters=4",
+                   f"data-cache-dir={cache}", cwd=tmp_path, env=ONE_THREAD)
+    one_line_error(proc, 2, "--resume", "another model shape", "hidden_size=32 (config: 64)")
+
+
+def test_non_finite_loss_is_reported_with_its_step(tmp_path, cache):
+    proc = run_cli("train", "--run-dir", str(tmp_path / "run"), *TINY, "train-iters=20", "lr=1e30", "min-lr=0",
+                   "clip-grad=0", f"data-cache-dir={cache}", cwd=tmp_path, env=ONE_THREAD)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in proc.stderr
+    assert last.startswith("gptforge: error: training loss is") and " at step " in last, last
+
+
+def test_list_keys_and_configs(cli):
+    keys = cli("train", "--list-keys")
+    assert keys.returncode == 0 and "global-batch-size = 64" in keys.stdout
+    configs = cli("train", "--list-configs")
+    assert configs.stdout.split() == ["gpt2-1.5b", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-tiny"]

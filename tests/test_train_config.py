@@ -1,0 +1,96 @@
+"""Training config: packaged TOML files, key=value overrides, unknown keys, validation rules."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import assume, given, strategies as st
+
+from gptforge.errors import UsageError
+from gptforge.train.config import KNOWN_KEYS, TrainConfig, load_config, packaged_configs, validate
+from gptforge.train.optim import lr_at
+from gptforge.train.tomlout import dumps
+
+
+def test_every_packaged_config_loads_and_validates():
+    assert set(packaged_configs()) == {"gpt2-tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1.5b"}
+    for name in packaged_configs():
+        cfg, _ = load_config(name)
+        validate(cfg, world_size=1)
+        validate(cfg, world_size=8) if name != "gpt2-tiny" else None
+
+
+def test_overrides_are_typed():
+    cfg, _ = load_config("gpt2-tiny", ["lr=1e-3", "train-iters=7", "compile=true", "data-path=a b",
+                                       "precision=bf16", "optim.min-lr=1e-5", "adam-beta2=1"])
+    assert (cfg.lr, cfg.train_iters, cfg.compile, cfg.data_path, cfg.precision) == (1e-3, 7, True, ["a", "b"], "bf16")
+    assert cfg.min_lr == 1e-5 and cfg.adam_beta2 == 1.0 and isinstance(cfg.adam_beta2, float)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("hiden-size=64", "unknown config key 'hiden-size'"),
+    ("lr=fast", "lr must be float"),
+    ("train-iters=1.5", "train-iters must be int"),
+    ("compile=1", "compile must be bool"),
+    ("noequals", "is not key=value"),
+])
+def test_bad_overrides(override, message):
+    with pytest.raises(UsageError, match=message):
+        load_config("gpt2-tiny", [override])
+
+
+def test_unknown_key_in_a_file_is_an_error(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text("[model]\nnum-layers = 2\nnum-layer = 3\n")
+    with pytest.raises(UsageError) as err:
+        load_config(str(path))
+    assert "unknown config key 'num-layer'" in err.value.one_line()
+    assert "did you mean 'num-layers'" in err.value.one_line()
+
+
+@pytest.mark.parametrize("overrides,world,flag", [
+    (["global-batch-size=24", "micro-batch-size=16"], 1, "global-batch-size"),
+    (["global-batch-size=32", "micro-batch-size=16"], 3, "global-batch-size"),
+    (["seq-length=65"], 1, "seq-length"),
+    (["hidden-size=130"], 1, "hidden-size"),
+    (["precision=fp8"], 1, "precision"),
+    (["split=90,x"], 1, "split"),
+    (["min-lr=1"], 1, "min-lr"),
+    (["lr-warmup-iters=300"], 1, "lr-warmup-iters"),
+])
+def test_validation_names_the_key(overrides, world, flag):
+    cfg, _ = load_config("gpt2-tiny", overrides)
+    with pytest.raises(UsageError) as err:
+        validate(cfg, world)
+    assert err.value.flag == flag
+
+
+def test_resolved_config_round_trips(tmp_path):
+    cfg, _ = load_config("gpt2-124m", ["data-path=0.3 a 0.7 b", 'tokenizer-dir=we"ird'])
+    path = tmp_path / "resolved.toml"
+    path.write_text(dumps(cfg.to_dict(), "header"))
+    again, _ = load_config(str(path))
+    assert again == cfg
+
+
+@given(step=st.integers(0, 5000), warmup=st.integers(0, 500), iters=st.integers(1, 5000))
+def test_schedule_stays_between_min_and_max(step, warmup, iters):
+    assume(warmup < iters)
+    cfg = TrainConfig(lr=1e-3, min_lr=1e-4, lr_warmup_iters=warmup, train_iters=iters)
+    lr = lr_at(step, cfg)
+    assert 0 < lr <= cfg.lr
+    if step >= warmup:
+        assert lr >= cfg.min_lr - 1e-12
+    if step >= iters:
+        assert lr == cfg.min_lr
+
+
+def test_warmup_then_cosine_shape():
+    cfg = TrainConfig(lr=1.0, min_lr=0.1, lr_warmup_iters=10, train_iters=110)
+    assert lr_at(0, cfg) < lr_at(5, cfg) < lr_at(9, cfg) <= 1.0
+    assert lr_at(10, cfg) == pytest.approx(1.0)
+    assert lr_at(60, cfg) == pytest.approx(0.55)
+    assert lr_at(110, cfg) == pytest.approx(0.1)
+
+
+def test_list_keys_covers_every_field():
+    assert set(KNOWN_KEYS) == {k.replace("_", "-") for k in TrainConfig.__dataclass_fields__}
