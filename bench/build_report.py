@@ -61,6 +61,9 @@ def main(out: Path) -> None:
                  ("  compiles for both processes", fig.get("apex_compiles", "?")),
                  ("  peak memory used during the builds", f"{fig.get('peak_mem_used_gib')} GiB")]
         rows += verify_rows(a)
+    if steps["apex_verify"] and not a:
+        rows.append(("apex --verify-only", f"{fig.get('apex_verify_wall_s')} s, exit {fig.get('apex_verify_exit')}"))
+        rows += verify_rows(steps["apex_verify"])
     if steps["apex_reinstall"]:
         rows.append(("apex reinstall from cache (no verify)", f"{fig.get('apex_reinstall_wall_s')} s, exit {fig.get('apex_reinstall_exit')}, "
                      f"built={steps['apex_reinstall'].get('result', {}).get('built')}"))

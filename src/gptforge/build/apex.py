@@ -14,11 +14,11 @@ from pathlib import Path
 from packaging.version import Version
 
 from gptforge.build import jobs
-from gptforge.build.cache import WheelCache, cache_key
-from gptforge.build.flags import CORE_FLAGS, PipFlags, select_flags
+from gptforge.build.cache import WheelCache, cache_key, default_cache_root
+from gptforge.build.flags import CORE_FLAGS, select_flags
 from gptforge.build.pins import apex_pin
 from gptforge.build.runner import run_logged
-from gptforge.build.source import ApexSource, clone, local_source
+from gptforge.build.source import COMMIT_RE, ApexSource, clone, local_source
 from gptforge.build.toolchain import Toolchain
 from gptforge.errors import GptforgeError, UsageError
 
@@ -32,7 +32,7 @@ _setup = setuptools.setup
 def _filtered(**kw):
     found = {e.name for e in kw.get("ext_modules", [])}
     if _keep - found:
-        raise SystemExit(f"gptforge: apex declares no extension(s) {sorted(_keep - found)}; it declares {sorted(found)}")
+        raise RuntimeError(f"gptforge: apex declares no extension(s) {sorted(_keep - found)}; it declares {sorted(found)}")
     kw["ext_modules"] = [e for e in kw["ext_modules"] if e.name in _keep]
     return _setup(**kw)
 setuptools.setup = _filtered
@@ -89,113 +89,117 @@ def pip_version() -> Version:
     return Version(importlib.metadata.version("pip"))
 
 
+def apex_repo() -> str:
+    """The pinned repository, or a mirror named by GPTFORGE_APEX_REPO (clusters without GitHub access)."""
+    return os.environ.get("GPTFORGE_APEX_REPO") or apex_pin()["repo"]
+
+
 def resolve_source(req: ApexRequest, cache_root: Path) -> tuple[ApexSource | None, str, str, str | None]:
     """(source if already on disk, description, source id, commit). A git source is fetched at build time."""
     if req.src is not None:
         src = local_source(req.src)
         return src, f"--src {src.path}", src.source_id, src.commit
     commit = req.ref or apex_pin()["commit"]
+    if not COMMIT_RE.match(commit):
+        raise UsageError("--ref", f"{commit!r} is not a full commit hash", "give the 40-character commit, e.g. from git log")
     checkout = cache_root / "src" / f"apex-{commit}"
-    existing = None
-    if (checkout / "setup.py").is_file():
-        existing = local_source(checkout)
-    return existing, f"git {apex_pin()['repo']} @ {commit}", commit, commit
+    existing = local_source(checkout) if (checkout / "setup.py").is_file() else None
+    return existing, f"git {apex_repo()} @ {commit}", commit, commit
 
 
-def choose_arch_list(req: ApexRequest, tc: Toolchain, *, allow_suffix: bool) -> tuple[str, str]:
+def choose_arch_list(arch: str | None, tc: Toolchain, *, allow_suffix: bool) -> tuple[str, str]:
+    """(TORCH_CUDA_ARCH_LIST, where it came from): ``--arch``, else the GPUs present that nvcc can target."""
     from gptforge import compat
 
-    if req.arch:
-        return normalise_arch_list(req.arch, allow_suffix), "--arch"
+    if arch:
+        return normalise_arch_list(arch, tc.nvcc_version, allow_suffix), "--arch"
     if not tc.ccs:
         raise UsageError("--arch", "no GPU is visible, so there is nothing to target by default",
                          "pass the compute capabilities of the GPUs that will run it, e.g. --arch 9.0 (H100) or --arch '8.0;9.0'")
     try:
-        arch = compat.arch_list_for([tuple(int(p) for p in cc.split(".")) for cc in tc.ccs], tc.nvcc_version,
-                                    allow_suffix=allow_suffix)
-    except GptforgeError:
-        arch = ""
-    if not arch:
-        raise UsageError("--arch", f"nvcc {tc.nvcc_version} cannot target the GPUs present ({', '.join(tc.ccs)})",
-                         "install a CUDA toolkit that supports them (see `gptforge compat`)")
-    return arch, f"GPUs present ({', '.join(tc.ccs)}) ∩ nvcc {tc.nvcc_version}"
+        chosen = compat.arch_list_for([tuple(int(p) for p in cc.split(".")) for cc in tc.ccs], tc.nvcc_version,
+                                      allow_suffix=allow_suffix)
+    except GptforgeError as err:
+        raise UsageError("--arch", f"nvcc {tc.nvcc_version} cannot target the GPUs present ({', '.join(tc.ccs)}): {err.message}",
+                         "install a CUDA toolkit that supports them (see `gptforge compat`), or pass --arch") from None
+    return chosen, f"GPUs present ({', '.join(tc.ccs)}) ∩ nvcc {tc.nvcc_version}"
 
 
-def normalise_arch_list(text: str, allow_suffix: bool) -> str:
-    """'9.0, 8.0' -> '8.0;9.0'; validates each entry; drops 'a'/'f' suffixes when the consumer can't parse them."""
-    items = []
-    for raw in text.replace(",", ";").replace(" ", ";").split(";"):
-        if not raw:
-            continue
-        base, _, ptx = raw.partition("+")
-        major, dot, rest = base.partition(".")
-        minor = rest.rstrip("af")
-        if not (major.isdigit() and dot and minor.isdigit() and ptx in ("", "PTX")):
-            raise UsageError("--arch", f"{raw!r} is not a compute capability", "write them like 8.0;9.0 (or 9.0a, 8.6+PTX)")
-        items.append(raw if allow_suffix else f"{major}.{minor}{'+' + ptx if ptx else ''}")
-    if not items:
+def normalise_arch_list(text: str, nvcc: str | None, allow_suffix: bool) -> str:
+    """'9.0a, 8.0' -> '8.0;9.0a' (sorted, deduplicated); without suffixes for consumers that cannot parse
+    them (DeepSpeed); every entry checked against what ``nvcc`` can target."""
+    from gptforge import compat
+    from gptforge.compat.arches import parse_arch_list
+
+    try:
+        sass, ptx = parse_arch_list(text)
+        targetable = set(compat.targetable_arches(nvcc)) if nvcc else None
+    except (GptforgeError, ValueError) as err:
+        raise UsageError("--arch", str(getattr(err, "message", err)), "write it like 9.0 or '8.0;9.0a' or '8.6+PTX'") from None
+    if not sass:
         raise UsageError("--arch", "the arch list is empty", "e.g. --arch 9.0")
-    return ";".join(sorted(dict.fromkeys(items), key=lambda s: (float(s.rstrip("+PTX").rstrip("af")), s)))
+    chosen = {(a if allow_suffix else a.base): (a in ptx) for a in sass}
+    if targetable is not None and (bad := [str(a) for a in chosen if str(a) not in targetable]):
+        raise UsageError("--arch", f"nvcc {nvcc} cannot target {', '.join(bad)}",
+                         f"choose from {', '.join(sorted(targetable, key=lambda s: (float(s.rstrip('af')), s)))}")
+    return ";".join(f"{a}{'+PTX' if has_ptx else ''}" for a, has_ptx in sorted(chosen.items()))
+
+
+def job_env(par: jobs.Parallelism, parallel_ok: bool) -> dict[str, str]:
+    env = {"MAX_JOBS": str(par.max_jobs)}
+    if parallel_ok:
+        env["APEX_PARALLEL_BUILD"] = str(par.extensions)
+    if par.nvcc_threads > 1:
+        env["NVCC_APPEND_FLAGS"] = f"{os.environ.get('NVCC_APPEND_FLAGS', '')} --threads {par.nvcc_threads}".strip()
+    return env
 
 
 def plan_apex(req: ApexRequest, tc: Toolchain) -> tuple[ApexPlan, ApexSource | None]:
     pin = apex_pin()
-    cache_root = (req.cache_root or _default_root()).expanduser().resolve()
+    cache_root = (req.cache_root or default_cache_root()).expanduser().resolve()
     src, desc, source_id, commit = resolve_source(req, cache_root)
-    env_to_flag = src.env_to_flag if src else (PINNED_ENV_TO_FLAG if pin["reads_env_flags"] and commit == pin["commit"] else None)
-    parallel_ok = src.parallel_build if src else (pin["parallel_build"] and commit == pin["commit"])
-    arch, arch_origin = choose_arch_list(req, tc, allow_suffix=True)
+    pinned = commit == pin["commit"]
+    env_to_flag = src.env_to_flag if src else (PINNED_ENV_TO_FLAG if pinned and pin["reads_env_flags"] else None)
+    parallel_ok = src.parallel_build if src else (pinned and pin["parallel_build"])
+    arch, arch_origin = choose_arch_list(req.arch, tc, allow_suffix=True)
     pip_v = pip_version()
     flags = select_flags(CORE_FLAGS, env_to_flag, pip_v)
-    notes = []
+    env, notes = dict(flags.env), []
     if req.all_contrib:
         if flags.style != "env":
             raise UsageError("--all-contrib", "this apex predates APEX_ALL_CONTRIB_EXT", "use a newer --ref, or the pinned commit")
-        flags = PipFlags({**flags.env, "APEX_ALL_CONTRIB_EXT": "1"}, flags.pip_args, flags.style)
-    expected = list(req.extensions) or (list(pin["core_extensions"]) if not req.all_contrib else [])
+        env["APEX_ALL_CONTRIB_EXT"] = "1"
     if req.extensions:
-        env_extra = {SUBSET_ENV: ",".join(req.extensions)}
+        env[SUBSET_ENV] = ",".join(req.extensions)
         notes.append(f"only {', '.join(req.extensions)}: setup.py runs under a filter in the private build copy")
-    else:
-        env_extra = {}
+    expected = list(req.extensions) or ([] if req.all_contrib else list(pin["core_extensions"]))
     cores, free_gib = jobs.machine_capacity()
-    budget = req.jobs or jobs.budget(cores, free_gib)
-    n_ext = (len(expected) or len(pin["core_extensions"])) if parallel_ok else 1
-    par = jobs.plan_parallelism(budget, n_ext, len(arch.split(";")))
-    env = {**flags.env, **env_extra, "TORCH_CUDA_ARCH_LIST": arch, "MAX_JOBS": str(par.max_jobs)}
-    if parallel_ok:
-        env["APEX_PARALLEL_BUILD"] = str(par.extensions)
-    else:
+    par = jobs.plan_parallelism(req.jobs or jobs.budget(cores, free_gib),
+                                (len(expected) or len(pin["core_extensions"])) if parallel_ok else 1, len(arch.split(";")))
+    env.update(job_env(par, parallel_ok), TORCH_CUDA_ARCH_LIST=arch)
+    if not parallel_ok:
         notes.append("this apex builds its extensions one after another (no APEX_PARALLEL_BUILD)")
-    if par.nvcc_threads > 1:
-        env["NVCC_APPEND_FLAGS"] = f"{os.environ.get('NVCC_APPEND_FLAGS', '')} --threads {par.nvcc_threads}".strip()
     if tc.cuda_home:
         env["CUDA_HOME"] = tc.cuda_home
-    if os.environ.get("TORCH_CUDA_ARCH_LIST") and not req.arch and os.environ["TORCH_CUDA_ARCH_LIST"] != arch:
-        notes.append(f"TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']} from the environment is replaced; pass --arch to choose")
+    inherited = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if inherited and not req.arch and inherited != arch:
+        notes.append(f"TORCH_CUDA_ARCH_LIST={inherited} from the environment is replaced; pass --arch to choose")
     key_inputs = {
         "package": "apex", "source": source_id, "torch": tc.torch_version, "torch_cuda": tc.torch_cuda,
         "python": tc.python_tag, "arch_list": arch, "flags": sorted(CORE_FLAGS) + (["all_contrib"] if req.all_contrib else []),
         "extensions": sorted(req.extensions),
     }
-    key = cache_key(key_inputs)
     pip_cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-cache-dir",
                "--disable-pip-version-check", *flags.pip_args, "-w", "<workdir>/dist", "<workdir>/apex"]
     plan = ApexPlan(desc, source_id, commit, arch, arch_origin, CORE_FLAGS, flags.style, str(pip_v), par, env, pip_cmd,
-                    str(cache_root / "apex"), key, key_inputs, expected, notes)
+                    str(cache_root / "apex"), cache_key(key_inputs), key_inputs, expected, notes)
     return plan, src
-
-
-def _default_root() -> Path:
-    from gptforge.build.cache import default_cache_root
-
-    return default_cache_root()
 
 
 def build_wheel(plan: ApexPlan, src: ApexSource | None, workdir: Path, log: Path, quiet: bool) -> Path:
     """Compile apex in ``workdir`` (a private copy of the source, so a shared --src stays clean)."""
     if src is None:  # git: fetch the commit now, only because the cache missed
-        src = clone(apex_pin()["repo"], plan.commit, Path(plan.cache_dir).parent / "src" / f"apex-{plan.commit}")
+        src = clone(apex_repo(), plan.commit, Path(plan.cache_dir).parent / "src" / f"apex-{plan.commit}")
     tree = workdir / "apex"
     shutil.copytree(src.path, tree, ignore=shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__"))
     if plan.env.get(SUBSET_ENV):

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from gptforge.build import jobs
-from gptforge.build.apex import ApexRequest, choose_arch_list, install_wheel
+from gptforge.build.apex import choose_arch_list, install_wheel
 from gptforge.build.cache import WheelCache, cache_key, default_cache_root
 from gptforge.build.pins import deepspeed_pin
 from gptforge.build.runner import run_logged
@@ -87,7 +87,7 @@ def resolve_source(src: Path | None, version: str | None) -> tuple[str, str | No
 def plan_deepspeed(ops: list[str], tc: Toolchain, *, src: Path | None, version: str | None, arch: str | None,
                    jobs_n: int | None, cache_root: Path | None) -> DeepSpeedPlan:
     source, ds_version, source_id = resolve_source(src, version)
-    arch_list, origin = choose_arch_list(ApexRequest(arch=arch), tc, allow_suffix=False)
+    arch_list, origin = choose_arch_list(arch, tc, allow_suffix=False)
     cores, free_gib = jobs.machine_capacity()
     max_jobs = jobs_n or jobs.budget(cores, free_gib)
     env = {"DS_BUILD_OPS": "0", **{f"DS_BUILD_{op.upper()}": "1" for op in ops},

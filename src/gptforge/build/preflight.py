@@ -8,6 +8,7 @@ only a build needs to see (CUDA_HOME's contents, apex's exact-match rule, lib64 
 from __future__ import annotations
 
 from gptforge import compat
+from gptforge.build.pins import apex_pin
 from gptforge.build.toolchain import Toolchain
 from gptforge.compat.findings import Finding, Severity
 
@@ -57,14 +58,14 @@ def apex_findings(tc: Toolchain, apex_ref: str | None = None) -> list[Finding]:
     rule is the engine's ``apex-nvcc-mismatch``; a major difference is also ``nvcc-torch-mismatch``)."""
     out = toolchain_findings(tc)
     if tc.torch_cuda and tc.nvcc_version:
-        out += _engine(tc, apex=apex_ref or "pinned")
+        out += _engine(tc, apex=apex_ref or apex_pin()["commit"])
     return _dedupe(out)
 
 
 def deepspeed_findings(tc: Toolchain, deepspeed_version: str | None) -> list[Finding]:
     out = toolchain_findings(tc)
     if tc.torch_cuda and tc.nvcc_version:
-        out += _engine(tc, deepspeed=deepspeed_version or "installed")
+        out += _engine(tc, deepspeed=deepspeed_version)
     if tc.cuda_home and tc.cuda_home_has("bin/nvcc") and not tc.cuda_home_has("lib64"):
         out.append(Finding("cuda-home-no-lib64", ERROR,
                            f"CUDA_HOME={tc.cuda_home} has no lib64/: DeepSpeed links -L$CUDA_HOME/lib64 (async_io, gds; "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gptforge.errors import GptforgeError, UsageError
 
-COMMIT_RE = re.compile(r"^[0-9a-f]{7,40}$")
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,12 @@ def git_commit(path: Path) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def is_dirty(path: Path) -> bool:
+    out = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
+                         capture_output=True, text=True)
+    return out.returncode != 0 or bool(out.stdout.strip())
+
+
 def local_source(src: Path) -> ApexSource:
     src = src.expanduser().resolve()
     if not (src / "setup.py").is_file() or not (src / "csrc").is_dir():
@@ -65,26 +71,39 @@ def local_source(src: Path) -> ApexSource:
                          "point --src at a checkout of https://github.com/NVIDIA/apex")
     env_to_flag, parallel = read_setup(src / "setup.py")
     commit = git_commit(src)
-    return ApexSource(src, commit, commit or f"sha256:{tree_digest(src)}", "src", env_to_flag, parallel)
+    if commit is None:
+        source_id = f"sha256:{tree_digest(src)}"
+    elif is_dirty(src):  # local edits: the commit alone would not name what gets built
+        source_id = f"{commit}+sha256:{tree_digest(src)}"
+    else:
+        source_id = commit
+    return ApexSource(src, commit, source_id, "src", env_to_flag, parallel)
 
 
 def clone(repo: str, commit: str, dest: Path) -> ApexSource:
-    """Fetch exactly ``commit`` into ``dest`` (reused when already there)."""
+    """Exactly ``commit`` of ``repo`` at ``dest``: fetched into a private directory, then renamed into
+    place, so builders sharing ``dest`` never see half a checkout. Reused when already there."""
     if not COMMIT_RE.match(commit):
-        raise UsageError("--ref", f"{commit!r} is not a commit hash", "give a 7-40 character hex commit")
-    if git_commit(dest) != commit and not (len(commit) < 40 and (git_commit(dest) or "").startswith(commit)):
+        raise UsageError("--ref", f"{commit!r} is not a full commit hash", "give the 40-character commit")
+    if git_commit(dest) != commit:
         if shutil.which("git") is None:
             raise GptforgeError("git is not installed", "install git, or pass --src DIR with an apex checkout")
-        shutil.rmtree(dest, ignore_errors=True)
-        dest.mkdir(parents=True)
+        tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
         steps = [["init", "-q"], ["remote", "add", "origin", repo], ["fetch", "-q", "--depth", "1", "origin", commit],
                  ["checkout", "-q", "FETCH_HEAD"]]
         for step in steps:
-            out = subprocess.run(["git", "-C", str(dest), *step], capture_output=True, text=True)
+            out = subprocess.run(["git", "-C", str(tmp), *step], capture_output=True, text=True)
             if out.returncode != 0:
-                shutil.rmtree(dest, ignore_errors=True)
-                raise GptforgeError(f"git {step[0]} of apex {commit} failed: {out.stderr.strip().splitlines()[-1:]}",
+                shutil.rmtree(tmp, ignore_errors=True)
+                reason = (out.stderr.strip().splitlines() or ["no output"])[-1]
+                raise GptforgeError(f"git {step[0]} of apex {commit} from {repo} failed: {reason}",
                                     "on a machine without network pass --src DIR with an apex checkout")
+        if git_commit(dest) == commit:  # another builder finished first
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            shutil.rmtree(dest, ignore_errors=True)
+            os.replace(tmp, dest)
     env_to_flag, parallel = read_setup(dest / "setup.py")
-    head = git_commit(dest) or commit
-    return ApexSource(dest, head, head, "git", env_to_flag, parallel)
+    return ApexSource(dest, commit, commit, "git", env_to_flag, parallel)

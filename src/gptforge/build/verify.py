@@ -37,6 +37,8 @@ def _close(name: str, a, b, atol: float, rtol: float) -> dict:
 
 
 def check_imports(modules: list[str]) -> list[dict]:
+    import torch  # noqa: F401 - loads libc10/libtorch, which the extensions link against without an rpath
+
     out = []
     for name in modules:
         try:
