@@ -15,6 +15,18 @@ from gptforge import __version__
 from gptforge.errors import GptforgeError, UsageError
 
 COMMAND_MODULES = ("compat", "doctor", "links", "data", "build", "train")
+# Which modules register each top-level command: a command imports only its own modules, so that
+# `gptforge fix-links` (run on every environment activation) does not pay for torch or the trainer.
+MODULES_OF_COMMAND = {
+    "compat": ("compat",),
+    "doctor": ("doctor",),
+    "fix-links": ("links",),
+    "prepare": ("data",),
+    "data": ("data",),
+    "build": ("data", "build"),
+    "train": ("train",),
+    "sample": ("train",),
+}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -33,7 +45,13 @@ def group(subparsers, groups: dict, name: str, help: str):
     return groups[name]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def modules_for(argv: list[str]) -> tuple[str, ...]:
+    """The command modules to load: the named command's own, or all of them (help, typos)."""
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    return MODULES_OF_COMMAND.get(first, COMMAND_MODULES)
+
+
+def build_parser(modules: tuple[str, ...] = COMMAND_MODULES) -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="gptforge",
         description="Locked GPU environments for GPT pretraining, and the pretraining package that runs in them.",
@@ -41,13 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gptforge {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=OneLineParser)
     groups: dict = {}
-    for name in COMMAND_MODULES:
+    for name in modules:
         importlib.import_module(f"gptforge.cli.{name}").register(subparsers, groups)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(modules_for(argv))
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
