@@ -123,7 +123,11 @@ def test_deepspeed_gets_an_arch_list_its_parser_accepts(cli, tmp_path):
     plan = _json(proc)["plan"]
     assert plan["arch_list"] == "9.0" and plan["env"]["TORCH_CUDA_ARCH_LIST"] == "9.0"
     assert plan["env"]["DS_BUILD_FUSED_ADAM"] == "1" and plan["env"]["DS_BUILD_OPS"] == "0"
-    assert "DS_BUILD_CPU_ADAM" not in plan["env"]
+    assert "DS_BUILD_CPU_ADAM" not in plan["env"] and "cpu" not in plan["key_inputs"]
+    with_cpu = _json(cli("build", "deepspeed-ops", "--dry-run", "--version", "0.19.8", "--arch", "9.0", "--torch-cuda",
+                         "13.0", "--ops", "cpu_adam,fused_adam", "--json", env=_env(tmp_path)))["plan"]
+    assert with_cpu["ops"] == ["cpu_adam", "fused_adam"] and with_cpu["env"]["DS_BUILD_CPU_ADAM"] == "1"
+    assert with_cpu["key_inputs"]["cpu"], "-march=native CPU ops are keyed by the CPU model"
 
 
 @needs_nvcc

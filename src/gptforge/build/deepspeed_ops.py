@@ -84,6 +84,19 @@ def resolve_source(src: Path | None, version: str | None) -> tuple[str, str | No
     return f"deepspeed=={version}", version, f"pypi:deepspeed=={version}"
 
 
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
 def plan_deepspeed(ops: list[str], tc: Toolchain, *, src: Path | None, version: str | None, arch: str | None,
                    jobs_n: int | None, cache_root: Path | None) -> DeepSpeedPlan:
     source, ds_version, source_id = resolve_source(src, version)
@@ -101,6 +114,9 @@ def plan_deepspeed(ops: list[str], tc: Toolchain, *, src: Path | None, version: 
                      "(DeepSpeed cannot parse 'a'/'f' suffixes)")
     key_inputs = {"package": "deepspeed", "source": source_id, "torch": tc.torch_version, "torch_cuda": tc.torch_cuda,
                   "python": tc.python_tag, "arch_list": arch_list, "ops": ops}
+    if any(op.startswith("cpu_") for op in ops):
+        # DeepSpeed compiles its CPU ops with -march=native: the wheel only suits this CPU model.
+        key_inputs["cpu"] = cpu_model()
     root = (cache_root or default_cache_root()).expanduser().resolve()
     pip_cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-cache-dir", "--no-build-isolation",
                "--disable-pip-version-check", "-w", "<workdir>/dist", source]
