@@ -104,32 +104,30 @@ def _finish(args, payload: dict, ok: bool) -> int:
     return 0 if ok else 1
 
 
-def run_apex(args) -> int:
-    from gptforge.build import apex, preflight
-    from gptforge.build.pins import apex_pin
+def _verify_only(args, package: str, extra: list[str]) -> int:
+    report = _verify(package, extra)
+    if not args.json:
+        _print_verify(report)
+    return _finish(args, {"ok": report["ok"], "verify": report}, report["ok"])
 
-    modules = ",".join(apex_pin()["required_imports"])
-    if args.verify_only:
-        report = _verify("apex", ["--modules", modules])
-        if not args.json:
-            _print_verify(report)
-        return _finish(args, {"ok": report["ok"], "verify": report}, report["ok"])
-    tc = _toolchain(args)
-    findings = preflight.apex_findings(tc, args.ref) + preflight.transformer_engine_findings(tc)
-    req = apex.ApexRequest(src=args.src, ref=args.ref, arch=args.arch, jobs=args.jobs, cache_root=args.cache,
-                           force=args.force, all_contrib=args.all_contrib,
-                           extensions=tuple(e.strip() for e in (args.extensions or "").split(",") if e.strip()))
+
+def _plan_or_findings(args, findings: list[Finding], make_plan):
+    """The plan; when it cannot be made (no GPU to target...) but the toolchain already failed, report that first."""
     try:
-        plan, src = apex.plan_apex(req, tc)
+        return make_plan(), None
     except UsageError:
         if is_ok(findings):
             raise
         if not args.json:
-            _print_findings(findings)  # the toolchain is the first problem; the plan can wait
-        return _finish(args, {"ok": False, "findings": [f.to_json() for f in findings]}, False)
+            _print_findings(findings)
+        return None, _finish(args, {"ok": False, "findings": [f.to_json() for f in findings]}, False)
+
+
+def _execute(args, findings: list[Finding], plan, text: str, build, package: str, verify_args: list[str]) -> int:
+    """Shared tail of both commands: show, gate on the preflight, build or stop at the plan, verify."""
     payload = {"plan": plan.to_json(), "findings": [f.to_json() for f in findings]}
     if not args.json:
-        print(apex.plan_text(plan))
+        print(text)
         _print_findings(findings)
     if not is_ok(findings):
         if not args.json:
@@ -137,15 +135,35 @@ def run_apex(args) -> int:
         return _finish(args, {"ok": False, **payload}, False)
     if args.dry_run:
         return _finish(args, {"ok": True, **payload}, True)
-    result = apex.build_and_install(plan, src, force=args.force, quiet=args.json, install=not args.no_install)
-    payload["result"] = result
+    payload["result"] = build()
     ok = True
     if not (args.no_verify or args.no_install):
-        report = _verify("apex", ["--modules", ",".join(plan.expected_extensions) or modules])
-        payload["verify"], ok = report, report["ok"]
+        payload["verify"] = report = _verify(package, verify_args)
+        ok = report["ok"]
         if not args.json:
             _print_verify(report)
     return _finish(args, {"ok": ok, **payload}, ok)
+
+
+def run_apex(args) -> int:
+    from gptforge.build import apex, preflight
+    from gptforge.build.pins import apex_pin
+
+    modules = ",".join(apex_pin()["required_imports"])
+    if args.verify_only:
+        return _verify_only(args, "apex", ["--modules", modules])
+    tc = _toolchain(args)
+    findings = preflight.apex_findings(tc, args.ref) + preflight.transformer_engine_findings(tc)
+    req = apex.ApexRequest(src=args.src, ref=args.ref, arch=args.arch, jobs=args.jobs, cache_root=args.cache,
+                           force=args.force, all_contrib=args.all_contrib,
+                           extensions=tuple(e.strip() for e in (args.extensions or "").split(",") if e.strip()))
+    planned, failed = _plan_or_findings(args, findings, lambda: apex.plan_apex(req, tc))
+    if planned is None:
+        return failed
+    plan, src = planned
+    return _execute(args, findings, plan, apex.plan_text(plan),
+                    lambda: apex.build_and_install(plan, src, force=args.force, quiet=args.json, install=not args.no_install),
+                    "apex", ["--modules", ",".join(plan.expected_extensions) or modules])
 
 
 def run_deepspeed(args) -> int:
@@ -153,30 +171,14 @@ def run_deepspeed(args) -> int:
 
     ops = deepspeed_ops.parse_ops(args.ops)
     if args.verify_only:
-        report = _verify("deepspeed", ["--ops", ",".join(ops)])
-        if not args.json:
-            _print_verify(report)
-        return _finish(args, {"ok": report["ok"], "verify": report}, report["ok"])
+        return _verify_only(args, "deepspeed", ["--ops", ",".join(ops)])
     tc = _toolchain(args)
-    plan = deepspeed_ops.plan_deepspeed(ops, tc, src=args.src, version=args.ds_version, arch=args.arch,
-                                        jobs_n=args.jobs, cache_root=args.cache)
-    findings = preflight.deepspeed_findings(tc, plan.version)
-    payload = {"plan": plan.to_json(), "findings": [f.to_json() for f in findings]}
-    if not args.json:
-        print(deepspeed_ops.plan_text(plan))
-        _print_findings(findings)
-    if not is_ok(findings):
-        if not args.json:
-            print("gptforge: preflight failed: fix the errors above, then re-run", file=sys.stderr)
-        return _finish(args, {"ok": False, **payload}, False)
-    if args.dry_run:
-        return _finish(args, {"ok": True, **payload}, True)
-    payload["result"] = deepspeed_ops.build_and_install(plan, force=args.force, quiet=args.json,
-                                                        install=not args.no_install)
-    ok = True
-    if not (args.no_verify or args.no_install):
-        report = _verify("deepspeed", ["--ops", ",".join(ops)])
-        payload["verify"], ok = report, report["ok"]
-        if not args.json:
-            _print_verify(report)
-    return _finish(args, {"ok": ok, **payload}, ok)
+    _, version, _ = deepspeed_ops.resolve_source(args.src, args.ds_version)
+    findings = preflight.deepspeed_findings(tc, version)
+    plan, failed = _plan_or_findings(args, findings, lambda: deepspeed_ops.plan_deepspeed(
+        ops, tc, src=args.src, version=args.ds_version, arch=args.arch, jobs_n=args.jobs, cache_root=args.cache))
+    if plan is None:
+        return failed
+    return _execute(args, findings, plan, deepspeed_ops.plan_text(plan),
+                    lambda: deepspeed_ops.build_and_install(plan, force=args.force, quiet=args.json, install=not args.no_install),
+                    "deepspeed", ["--ops", ",".join(ops)])
