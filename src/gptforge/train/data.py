@@ -134,6 +134,24 @@ def batch(dataset, start: int, count: int, device: torch.device) -> tuple[torch.
     return tokens[:, :-1], tokens[:, 1:]
 
 
+class BatchReader:
+    """Batches of one dataset, with one read ahead: the trainer asks for the next step's first batch
+    while the GPU still runs the current step, so the host work does not leave the GPU idle."""
+
+    def __init__(self, dataset, count: int, device: torch.device):
+        self.dataset, self.count, self.device = dataset, count, device
+        self.ahead: tuple[int, tuple] | None = None
+
+    def get(self, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.ahead is not None and self.ahead[0] == start:
+            found, self.ahead = self.ahead[1], None
+            return found
+        return batch(self.dataset, start, self.count, self.device)
+
+    def prefetch(self, start: int) -> None:
+        self.ahead = (start, batch(self.dataset, start, self.count, self.device))
+
+
 def micro_batch_start(consumed: int, micro: int, rank: int, world: int, micro_batch_size: int) -> int:
     """First sample of micro-step ``micro`` on ``rank``: a global batch is laid out micro-major."""
     return consumed + (micro * world + rank) * micro_batch_size

@@ -161,6 +161,7 @@ class Trainer:
             torch.manual_seed(cfg.seed + self.env.rank)  # dropout differs per rank; weights were seeded alike
         self.peak = lookup(torch.cuda.get_device_name(self.device)) if self.device.type == "cuda" else Peak("CPU", None, "")
         self.flops_per_token = self.model.flops_per_token(cfg.seq_length)
+        self.reader = datamod.BatchReader(self.data.train, cfg.micro_batch_size, self.device)
         if self.env.is_main:
             self.prepare_run_dir()
         distributed.barrier(self.env)
@@ -225,11 +226,14 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         for micro in range(self.accum):
             start = datamod.micro_batch_start(self.consumed, micro, env.rank, env.world_size, cfg.micro_batch_size)
-            x, y = datamod.batch(self.data.train, start, cfg.micro_batch_size, self.device)
+            x, y = self.reader.get(start)
             loss_sum += self.engine.micro_step(x, y, is_last=micro == self.accum - 1).float()
         maybe_kill("step", self.step + 1)
         lr = self.engine.lr()
         norm = self.engine.step()
+        next_start = datamod.micro_batch_start(self.consumed + cfg.global_batch_size, 0, env.rank, env.world_size,
+                                               cfg.micro_batch_size)
+        self.reader.prefetch(next_start)  # while the GPU finishes this step
         loss = distributed.mean_across(loss_sum / self.accum, env).item()
         elapsed = time.perf_counter() - t0
         self.step += 1
