@@ -57,6 +57,8 @@ def test_checkpoint_from_another_shape_is_refused(tmp_path, cache):
     proc = run_cli("train", "--run-dir", str(run_dir), "--resume", *TINY, "hidden-size=64", "train-iters=4",
                    f"data-cache-dir={cache}", cwd=tmp_path, env=ONE_THREAD)
     one_line_error(proc, 2, "--resume", "another model shape", "hidden_size=32 (config: 64)")
+    again = run_cli("train", "--run-dir", str(run_dir), *TINY, "train-iters=2", f"data-cache-dir={cache}", cwd=tmp_path)
+    one_line_error(again, 2, "already holds checkpoints (newest step_00000002)", "pass --resume")
 
 
 def test_non_finite_loss_is_reported_with_its_step(tmp_path, cache):

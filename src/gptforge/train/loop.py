@@ -93,6 +93,12 @@ class Trainer:
         if self.data is None:
             datamod.check_data_paths(cfg)
         self.resume_ckpt, self.resume_state = None, None
+        existing = checkpoint.latest(self.ckpt_root)
+        if existing is not None and not opts.resume:
+            from gptforge.errors import UsageError
+
+            raise UsageError("--run-dir", f"{self.run_dir} already holds checkpoints (newest {existing.name})",
+                             "pass --resume to continue that run, or give a new --run-dir")
         if opts.resume:
             self.resume_ckpt = checkpoint.latest(self.ckpt_root)
             if self.resume_ckpt is not None:
