@@ -1,0 +1,154 @@
+"""GPT datasets: splits, sample contents, epochs, cached indices, blending, the default corpus."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from gptforge.data.default_corpus import corpus_documents, prepare_default
+from gptforge.data.gpt_dataset import build_gpt_datasets, parse_split, split_ranges
+from gptforge.data.indexed import IndexedDataset, IndexedDatasetWriter
+from gptforge.data.tokenizer import load_tokenizer
+from gptforge.errors import UsageError
+
+
+def _dataset(path, lengths, dtype=np.uint16):
+    """Documents whose tokens encode (document id, position) so a sample's origin is readable."""
+    docs = []
+    start = 0
+    for n in lengths:
+        docs.append(np.arange(start, start + n) % 60000)
+        start += n
+    with IndexedDatasetWriter(path, dtype) as writer:
+        writer.add_documents(docs)
+    return path
+
+
+def test_split_is_contiguous_document_ranges():
+    flat = [x for bookend in parse_split("949,50,1") for x in bookend]
+    assert flat == pytest.approx([0, 0.949, 0.949, 0.999, 0.999, 1.0])
+    assert split_ranges(1000, "949,50,1") == [range(0, 949), range(949, 999), range(999, 1000)]
+    assert split_ranges(10, "100,0,0") == [range(0, 10), None, None]
+    assert split_ranges(10, "8,2") == [range(0, 8), range(8, 10), None]
+    with pytest.raises(UsageError):
+        parse_split("0,0,0")
+
+
+def test_samples_are_windows_of_the_split_documents(tmp_path):
+    lengths = [int(x) for x in np.random.default_rng(3).integers(5, 300, size=200)]
+    prefix = _dataset(tmp_path / "d", lengths)
+    train, valid, test = build_gpt_datasets(prefix, split="90,10,0", seq_length=64, num_samples=(500, 40, 0),
+                                            cache_dir=tmp_path / "cache")
+    assert test is None
+    assert len(train) == 500 and len(valid) == 40
+    boundaries = np.cumsum([0] + lengths)
+    train_tokens = set(range(boundaries[0], boundaries[180]))
+    valid_tokens = set(range(boundaries[180], boundaries[200]))
+    for ds, allowed in ((train, train_tokens), (valid, valid_tokens)):
+        for i in range(len(ds)):
+            sample = ds[i]
+            assert sample.dtype == np.int64 and sample.shape == (65,)
+            assert set(sample.tolist()) <= allowed
+    # consecutive samples (before shuffling) share one token: sample index rows step by seq_length
+    rows = np.asarray(train.sample_index)
+    assert rows.shape[1] == 2 and rows[0].tolist() == [0, 0]
+
+
+def test_epochs_repeat_until_num_samples(tmp_path):
+    prefix = _dataset(tmp_path / "small", [10, 20, 30])  # 60 tokens: under one sample of 128 per epoch
+    train, _, _ = build_gpt_datasets(prefix, split="1,0,0", seq_length=128, num_samples=(50, 0, 0), cache_dir=tmp_path / "c")
+    assert len(train) == 50
+    seen = np.concatenate([train[i] for i in range(50)])
+    assert set(seen.tolist()) == set(range(60))  # every token appears, many times over
+    with pytest.raises(IndexError):
+        train[50]
+
+
+def test_indices_are_cached_and_reused(tmp_path):
+    prefix = _dataset(tmp_path / "d", [50] * 1000)
+    kw = dict(split="949,50,1", seq_length=32, num_samples=(100, 10, 1), cache_dir=tmp_path / "cache")
+    first = build_gpt_datasets(prefix, **kw)
+    files = sorted((tmp_path / "cache").glob("*.npy"))
+    assert len(files) == 9  # three arrays for each of the three splits
+    stamps = {f: f.stat().st_mtime_ns for f in files}
+    second = build_gpt_datasets(prefix, **kw)
+    assert {f: f.stat().st_mtime_ns for f in files} == stamps
+    assert all(np.array_equal(a[i], b[i]) for a, b in zip(first, second) for i in range(len(a)))
+    assert isinstance(second[0].shuffle_index, np.memmap)
+    description = next((tmp_path / "cache").glob("*-train-description.txt")).read_text()
+    assert json.loads(description)["num_samples"] == 100
+    build_gpt_datasets(prefix, **{**kw, "seed": 99})  # another seed: another cache entry
+    assert len(list((tmp_path / "cache").glob("*.npy"))) == 18
+
+
+def test_seed_changes_order_not_content(tmp_path):
+    prefix = _dataset(tmp_path / "d", [40] * 50)
+    a, _, _ = build_gpt_datasets(prefix, split="1,0,0", seq_length=16, num_samples=(100, 0, 0), seed=1, cache_dir=tmp_path / "c")
+    b, _, _ = build_gpt_datasets(prefix, split="1,0,0", seq_length=16, num_samples=(100, 0, 0), seed=2, cache_dir=tmp_path / "c")
+    assert any(not np.array_equal(a[i], b[i]) for i in range(100))
+
+
+def test_empty_split_or_zero_samples_is_none(tmp_path):
+    prefix = _dataset(tmp_path / "d", [30] * 5)  # 5 documents: round(0.999 * 5) leaves test empty
+    train, valid, test = build_gpt_datasets(prefix, seq_length=8, num_samples=(10, 0, 10), cache_dir=tmp_path / "c")
+    assert train is not None and valid is None and test is None
+
+
+def test_blending_follows_weights(tmp_path):
+    a = _dataset(tmp_path / "a", [100] * 100)
+    b = _dataset(tmp_path / "b", [100] * 100)
+    # shift b's tokens so the source of each sample is visible
+    ds_b = IndexedDataset(b)
+    with IndexedDatasetWriter(tmp_path / "b2", np.uint16) as writer:
+        writer.add_documents([ds_b.document(k) + 30000 for k in range(ds_b.num_documents)])
+    train, valid, _ = build_gpt_datasets([a, tmp_path / "b2"], [0.25, 0.75], split="9,1,0", seq_length=32,
+                                         num_samples=(400, 40, 0), cache_dir=tmp_path / "c")
+    assert len(train) == 400 and len(valid) == 40
+    from_b = sum(1 for i in range(len(train)) if train[i][0] >= 30000)
+    assert from_b == 300
+    with pytest.raises(UsageError, match="weights"):
+        build_gpt_datasets([a, b], [1.0], seq_length=32, num_samples=(1, 0, 0), cache_dir=tmp_path / "c")
+
+
+def test_default_corpus_is_cached_and_deterministic(tmp_path):
+    first = prepare_default(tmp_path / "a", vocab_size=1024)
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert manifest["python"] and manifest["documents"] > 500 and manifest["tokens"] > 100_000
+    stamp = os.stat(f"{first.prefix}.bin").st_mtime_ns
+    again = prepare_default(tmp_path / "a", vocab_size=1024)
+    assert again.prefix == first.prefix and os.stat(f"{first.prefix}.bin").st_mtime_ns == stamp
+    other = prepare_default(tmp_path / "b", vocab_size=1024)
+    assert open(f"{first.prefix}.bin", "rb").read() == open(f"{other.prefix}.bin", "rb").read()
+    assert first.prefix.name == "stdlib_docs_text_document"
+    tok = load_tokenizer("bytelevel", tokenizer_dir=first.tokenizer_dir)
+    assert tok.vocab_size == 1024 and tok.eod_id == manifest["eod_id"]
+    ds = IndexedDataset(first.prefix)
+    docs = list(corpus_documents())
+    assert ds.num_documents == len(docs)
+    assert tok.decode(ds.document(0).tolist()) == docs[0] + "<|endoftext|>"
+    train, valid, test = build_gpt_datasets(first.prefix, seq_length=256, num_samples=(64, 8, 8), cache_dir=tmp_path / "c")
+    assert train[0].max() < tok.vocab_size
+    with pytest.raises(Exception, match="fewer than one sequence"):
+        prepare_default(tmp_path / "a", vocab_size=1024, seq_hint=10**9)
+
+
+def test_cli_default_corpus_and_inspect(cli, tmp_path):
+    proc = cli("prepare", "--default-corpus", str(tmp_path / "dc"), "--vocab-size", "512", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    inspect = json.loads(cli("data", "inspect", report["prefix"], "--json").stdout)
+    assert inspect["documents"] == report["documents"] and inspect["tokens"] == report["tokens"]
+    assert inspect["dtype"] == "uint16" and inspect["max_token"] < 512
+
+
+def test_cli_merge(cli, tmp_path):
+    _dataset(tmp_path / "a", [5, 6])
+    _dataset(tmp_path / "b", [7])
+    proc = cli("data", "merge", "--input", str(tmp_path / "a"), str(tmp_path / "b"), "--output-prefix", str(tmp_path / "m"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"prefix": str(tmp_path / "m"), "documents": 3, "sequences": 3, "tokens": 18}
+    merged = IndexedDataset(tmp_path / "m")
+    assert merged.document(2).tolist() == IndexedDataset(tmp_path / "b").document(0).tolist()
