@@ -16,8 +16,8 @@
 # Outputs: $GPTFORGE_BENCH_OUT (default bench-out/): one JSON per step, results.json, a table on stdout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${GPTFORGE_BENCH_OUT:-bench-out}
-mkdir -p "$OUT"
+RESULTS=${GPTFORGE_BENCH_OUT:-bench-out}
+mkdir -p "$RESULTS"
 PY=${PYTHON:-python3}
 APEX_SRC=${APEX_SRC:-third_party/apex}
 WHEELS=${WHEELS:-.whl}
@@ -40,8 +40,8 @@ left() { echo $(( DEADLINE - $(date +%s) - 15 )); }
 now() { date +%s.%N; }
 since() { "$PY" -c "import sys; print(round($(now) - $1, 1))"; }
 want() { [[ ( " $PHASES " == *" all "* && $1 != verify ) || " $PHASES " == *" $1 "* ]]; }
-record() { echo "$1=$2" >> "$OUT/figures.env"; echo "  $1 = $2"; }
-: > "$OUT/figures.env"
+record() { echo "$1=$2" >> "$RESULTS/figures.env"; echo "  $1 = $2"; }
+: > "$RESULTS/figures.env"
 
 # Python dependencies the machine lacks (DeepSpeed's), never DeepSpeed itself: it is built below.
 deps=$(ls "$WHEELS"/*.whl 2>/dev/null | grep -v '/deepspeed-' || true)
@@ -64,28 +64,28 @@ if want main; then
   echo "== main: two concurrent builds of the default set on one empty cache"
   C1="$WORK/shared-cache"
   t0=$(now)
-  timeout "$(left)" "${GF[@]}" build apex --src "$APEX_SRC" --cache "$C1" --json > "$OUT/apex_A.json" 2> "$OUT/apex_A.err" &
+  timeout "$(left)" "${GF[@]}" build apex --src "$APEX_SRC" --cache "$C1" --json > "$RESULTS/apex_A.json" 2> "$RESULTS/apex_A.err" &
   PA=$!
   for _ in $(seq 600); do ls "$C1"/apex/*.lock > /dev/null 2>&1 && break; kill -0 $PA 2> /dev/null || break; sleep 0.2; done
   tB=$(now)
-  timeout "$(left)" "${GF[@]}" build apex --src "$APEX_SRC" --cache "$C1" --no-install --json > "$OUT/apex_B.json" 2> "$OUT/apex_B.err" &
+  timeout "$(left)" "${GF[@]}" build apex --src "$APEX_SRC" --cache "$C1" --no-install --json > "$RESULTS/apex_B.json" 2> "$RESULTS/apex_B.err" &
   PB=$!
   wait $PA; record apex_A_exit $?; record apex_A_wall_s "$(since "$t0")"
   wait $PB; record apex_B_exit $?; record apex_B_wall_s "$(since "$tB")"
   record apex_compiles "$(ls "$C1"/apex/logs/*.log 2> /dev/null | wc -l)"
-  cp "$C1"/apex/logs/*.log "$OUT/apex_build.log" 2> /dev/null
+  cp "$C1"/apex/logs/*.log "$RESULTS/apex_build.log" 2> /dev/null
   t=$(now)
-  "${GF[@]}" build apex --src "$APEX_SRC" --cache "$C1" --no-verify --json > "$OUT/apex_reinstall.json" 2> "$OUT/apex_reinstall.err"
+  "${GF[@]}" build apex --src "$APEX_SRC" --cache "$C1" --no-verify --json > "$RESULTS/apex_reinstall.json" 2> "$RESULTS/apex_reinstall.err"
   record apex_reinstall_exit $?; record apex_reinstall_wall_s "$(since "$t")"
   t=$(now)
-  "${GF[@]}" build apex --verify-only --json > "$OUT/apex_verify.json" 2> "$OUT/apex_verify.err"
+  "${GF[@]}" build apex --verify-only --json > "$RESULTS/apex_verify.json" 2> "$RESULTS/apex_verify.err"
   record apex_verify_exit $?; record apex_verify_wall_s "$(since "$t")"
   [ -f "$WORK/mem_low" ] && record peak_mem_used_gib "$(awk -v s="$MEM_START" '{printf "%.1f", (s-$1)/1048576}' "$WORK/mem_low")"
 fi
 
 if want verify; then  # apex already installed (an earlier run on this machine): only the checks, timed
   t=$(now)
-  "${GF[@]}" build apex --verify-only --json > "$OUT/apex_verify.json" 2> "$OUT/apex_verify.err"
+  "${GF[@]}" build apex --verify-only --json > "$RESULTS/apex_verify.json" 2> "$RESULTS/apex_verify.err"
   record apex_verify_exit $?; record apex_verify_wall_s "$(since "$t")"
 fi
 
@@ -93,9 +93,9 @@ if want deepspeed && [ "$(left)" -gt 60 ]; then
   echo "== deepspeed: $DS_OPS prebuilt from $DS_SDIST"
   t=$(now)
   timeout "$(left)" "${GF[@]}" build deepspeed-ops --ops "$DS_OPS" --src "$DS_SDIST" --cache "$WORK/ds-cache" --json \
-    > "$OUT/ds.json" 2> "$OUT/ds.err"
+    > "$RESULTS/ds.json" 2> "$RESULTS/ds.err"
   record ds_exit $?; record ds_wall_s "$(since "$t")"
-  cp "$WORK"/ds-cache/deepspeed/logs/*.log "$OUT/ds_build.log" 2> /dev/null
+  cp "$WORK"/ds-cache/deepspeed/logs/*.log "$RESULTS/ds_build.log" 2> /dev/null
 fi
 
 if want ratio; then
@@ -121,11 +121,11 @@ EOF
     [ "$(left)" -gt 30 ] || { echo "no time left for $which"; continue; }
     t=$(now)
     timeout "$(left)" "${GF[@]}" build apex --src "$APEX_SRC" --cache "$WORK/ratio-$which" --extensions "$SUBSET" \
-      --arch "$arch" --no-install --json > "$OUT/ratio_$which.json" 2> "$OUT/ratio_$which.err"
+      --arch "$arch" --no-install --json > "$RESULTS/ratio_$which.json" 2> "$RESULTS/ratio_$which.err"
     record "ratio_${which}_exit" $?; record "ratio_${which}_wall_s" "$(since "$t")"
   done
 fi
 
 kill $MEMPID 2> /dev/null
-"$PY" bench/build_report.py "$OUT"
+"$PY" bench/build_report.py "$RESULTS"
 rm -rf "$WORK"
