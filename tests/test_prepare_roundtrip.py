@@ -82,6 +82,13 @@ def test_bytelevel_round_trip_with_trained_tokenizer(tmp_path_factory, docs):
         assert tok.decode(tok.encode(doc)) == doc
 
 
+def test_many_tiny_documents(tmp_path):
+    docs = [chr(ord("a") + i % 26) if i % 7 else "" for i in range(5000)]
+    _write_jsonl(tmp_path / "tiny.jsonl", docs)
+    result = prepare([tmp_path / "tiny.jsonl"], tmp_path / "tiny", append_eod=True, workers=2, progress=False)
+    _check_round_trip(result.prefixes["text"], docs, load_tokenizer("gpt2"), True)
+
+
 def test_workers_do_not_change_the_output(tmp_path):
     docs = [f"document {i} " + "word " * (i % 50) for i in range(2000)] + ["", "last"]
     _write_jsonl(tmp_path / "c.jsonl", docs)
