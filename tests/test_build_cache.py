@@ -91,6 +91,34 @@ def test_two_processes_sharing_a_cache_compile_once(tmp_path):
     assert not list((root / "tiny").glob(".tmp-*")), "work dirs are cleaned up"
 
 
+def test_a_killed_builder_releases_the_lock_and_the_next_one_builds(tmp_path):
+    project = tmp_path / "tiny"
+    project.mkdir()
+    (project / "setup.py").write_text(TINY_SETUP)
+    (project / "tiny.c").write_text(textwrap.dedent(TINY_C))
+    script = tmp_path / "builder.py"
+    # A dies after its compile finished, still holding the lock (a killed builder's pip could otherwise
+    # still be writing into its work dir).
+    script.write_text(BUILDER.replace("time.sleep(2)",
+                                      "(root / f'compiled-{tag}').write_text(''); time.sleep(2 if tag != 'A' else 600)"))
+    root = tmp_path / "cache"
+    root.mkdir()
+    first = subprocess.Popen([sys.executable, str(script), str(root), str(project), "A"], stdout=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (root / "compiled-A").exists():
+        assert time.time() < deadline and first.poll() is None, "builder A never finished compiling"
+        time.sleep(0.05)
+    first.kill()  # SIGKILL while holding the lock, mid-build
+    first.wait()
+    assert list((root / "tiny").glob(".tmp-*")), "A left its work dir behind"
+    second = subprocess.run([sys.executable, str(script), str(root), str(project), "B"], capture_output=True, text=True,
+                            timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert "B built=True" in second.stdout
+    assert (root / "compiles.txt").read_text().split() == ["A", "B"]
+    assert not list((root / "tiny").glob(".tmp-*")), "the dead builder's work dir is cleaned up"
+
+
 def test_failed_build_publishes_nothing(tmp_path):
     cache = WheelCache(tmp_path, "x")
 

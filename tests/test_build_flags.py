@@ -75,3 +75,23 @@ def test_budget_respects_cores_and_memory(cores, free_gib):
 def test_sixteen_core_host_plan():
     par = plan_parallelism(budget(16, 120.0), 12, 1)
     assert (par.budget, par.extensions, par.max_jobs, par.nvcc_threads) == (16, 12, 8, 1)
+
+
+TARGETS_13_0 = ["7.5", "8.0", "8.6", "8.9", "9.0", "9.0a", "10.0", "10.0a", "12.0", "12.0f"]
+arch_items = st.lists(st.tuples(st.sampled_from(TARGETS_13_0), st.booleans()), min_size=1, max_size=6)
+
+
+@given(arch_items, st.sampled_from([";", " ", ", "]), st.booleans())
+def test_arch_list_normalisation_properties(items, sep, allow_suffix):
+    from gptforge.build.apex import normalise_arch_list
+
+    text = sep.join(f"{a}{'+PTX' if ptx else ''}" for a, ptx in items)
+    out = normalise_arch_list(text, "13.0", allow_suffix)
+    entries = out.split(";")
+    assert normalise_arch_list(out, "13.0", allow_suffix) == out  # idempotent
+    assert len(entries) == len(set(entries))
+    bases = [e.split("+")[0] for e in entries]
+    assert bases == sorted(bases, key=lambda b: (float(b.rstrip("af")), b))
+    if not allow_suffix:
+        assert not any(b.endswith(("a", "f")) for b in bases)  # what DeepSpeed's int() parser needs
+    assert {a.rstrip("af") for a, _ in items} == {b.rstrip("af") for b in bases}

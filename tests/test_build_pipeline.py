@@ -118,7 +118,7 @@ def test_git_source_is_the_exact_commit_and_dirty_trees_are_digested(fake_apex, 
 
 @pytest.mark.parametrize("text,suffix,expected", [
     ("9.0", True, "9.0"), ("9.0a", True, "9.0a"), ("9.0a", False, "9.0"), ("9.0, 8.0", True, "8.0;9.0"),
-    ("8.6+PTX;8.0", True, "8.0;8.6+PTX"), ("10.0f 9.0a", False, "9.0;10.0"), ("9.0;9.0", True, "9.0"),
+    ("8.6+PTX;8.0", True, "8.0;8.6+PTX"), ("9.0+PTX;9.0a", False, "9.0+PTX"), ("10.0f 9.0a", False, "9.0;10.0"), ("9.0;9.0", True, "9.0"),
 ])
 def test_arch_lists_are_normalised(text, suffix, expected):
     assert apex.normalise_arch_list(text, "13.0", suffix) == expected

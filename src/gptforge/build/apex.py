@@ -138,7 +138,10 @@ def normalise_arch_list(text: str, nvcc: str | None, allow_suffix: bool) -> str:
         raise UsageError("--arch", str(getattr(err, "message", err)), "write it like 9.0 or '8.0;9.0a' or '8.6+PTX'") from None
     if not sass:
         raise UsageError("--arch", "the arch list is empty", "e.g. --arch 9.0")
-    chosen = {(a if allow_suffix else a.base): (a in ptx) for a in sass}
+    chosen: dict = {}
+    for a in sass:
+        key = a if allow_suffix else a.base
+        chosen[key] = chosen.get(key, False) or a in ptx  # "9.0+PTX;9.0a" without suffixes keeps the PTX
     if targetable is not None and (bad := [str(a) for a in chosen if str(a) not in targetable]):
         raise UsageError("--arch", f"nvcc {nvcc} cannot target {', '.join(bad)}",
                          f"choose from {', '.join(sorted(targetable, key=lambda s: (float(s.rstrip('af')), s)))}")

@@ -98,8 +98,11 @@ class WheelCache:
             lock.release()
 
     def _build_and_publish(self, key: str, inputs: dict, build: Callable[[Path], Path], log: Path | None) -> Entry:
+        # We hold the key's lock: any work dir of this key belongs to a builder that died (the kernel
+        # released its lock), so it is removed rather than left to pile up.
+        for stale in self.dir.glob(f".tmp-{key}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         work = self.dir / f".tmp-{key}-{os.getpid()}"
-        shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         started = time.time()
         try:
