@@ -253,7 +253,8 @@ class IndexedDatasetWriter:
         self._tmp_idx = Path(f"{idx_path(prefix)}{tag}")
         self._bin = open(self._tmp_bin, "wb")
         self._lengths: list[np.ndarray] = []
-        self._documents: list[int] = [0]
+        self._documents: list[np.ndarray] = [np.zeros(1, np.int64)]  # boundary chunks (arrays: 100M documents fit)
+        self._document_count = 0
         self._sequences = 0
         self._limits = np.iinfo(self.dtype) if self.dtype.kind in "iu" else None
 
@@ -278,7 +279,8 @@ class IndexedDatasetWriter:
         self._lengths.append(lengths[lengths > 0].astype(np.int32))
         ends = self._sequences + np.cumsum(lengths > 0)
         self._sequences = int(ends[-1])
-        self._documents.extend(ends.tolist())
+        self._documents.append(ends.astype(np.int64))
+        self._document_count += len(ends)
 
     def add_index(self, prefix: str | os.PathLike) -> None:
         """Append another dataset (same dtype), keeping its document boundaries."""
@@ -287,7 +289,8 @@ class IndexedDatasetWriter:
             raise IndexedDatasetError(f"{prefix}: dtype {other.dtype} differs from {self.dtype}", "merge datasets made with the same tokenizer")
         offset = self._sequences
         self._lengths.append(np.array(other.sequence_lengths, np.int32))
-        self._documents.extend((np.asarray(other.document_indices[1:]) + offset).tolist())
+        self._documents.append(np.asarray(other.document_indices[1:], np.int64) + offset)
+        self._document_count += other.num_documents
         self._sequences += len(other)
         with open(bin_path(prefix), "rb") as src:
             while chunk := src.read(1 << 24):
@@ -295,13 +298,13 @@ class IndexedDatasetWriter:
 
     @property
     def num_documents(self) -> int:
-        return len(self._documents) - 1
+        return self._document_count
 
     def finalize(self) -> None:
         self._bin.close()
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32)
         with open(self._tmp_idx, "wb") as f:
-            _write_index(f, self.dtype, lengths, np.asarray(self._documents, np.int64))
+            _write_index(f, self.dtype, lengths, np.concatenate(self._documents))
         os.replace(self._tmp_bin, bin_path(self.prefix))
         os.replace(self._tmp_idx, idx_path(self.prefix))
 
