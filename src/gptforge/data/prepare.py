@@ -155,7 +155,9 @@ def prepare(
         raise UsageError("--workers", f"{workers} is not a worker count", "use 1 or more")
     if not json_keys or len(set(json_keys)) != len(json_keys):
         raise UsageError("--json-keys", "keys must be given once each", "e.g. --json-keys text")
-    read = lambda skipped=None: read_corpus(inputs, fmt=fmt, json_keys=json_keys, skip_bad_lines=skip_bad_lines, skipped=skipped)
+    def read(skipped: SkipLog) -> Iterator[Record]:
+        return read_corpus(inputs, fmt=fmt, json_keys=json_keys, skip_bad_lines=skip_bad_lines, skipped=skipped)
+
     _require_documents(read(SkipLog()), inputs)
 
     training_text = (text for record in read(SkipLog()) for text in record.texts)
@@ -190,6 +192,6 @@ def prepare(
 
 
 def _require_documents(records: Iterator[Record], inputs) -> None:
-    """Fail early (before training a tokenizer) on an empty corpus or the first bad line."""
+    """Fail early (before training a tokenizer) on an empty corpus or a bad first line."""
     if next(records, None) is None:
         raise CorpusError(f"empty corpus: no documents in {', '.join(map(str, inputs))}", "check the input files and --json-keys")
