@@ -69,15 +69,16 @@ class MinimalTokenizer:
         self.unique_identifiers = {"class": "MinimalTokenizer", "eod": eod}
 
 
-def megatron_gpt_datasets(src: Path, prefix: str, *, split: str, seq_length: int, num_samples, seed: int,
-                          cache_dir: str, eod: int, vocab_size: int):
-    """Megatron's own (train, valid, test) GPTDatasets for one prefix."""
+def megatron_gpt_datasets(src: Path, prefix, *, split: str, seq_length: int, num_samples, seed: int,
+                          cache_dir: str, eod: int, vocab_size: int, weights=None):
+    """Megatron's own (train, valid, test): GPTDatasets for one prefix, BlendedDatasets for several."""
     enter_megatron(src)
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
     config = GPTDatasetConfig(
-        random_seed=seed, sequence_length=seq_length, blend=([prefix], None), split=split, path_to_cache=cache_dir,
+        random_seed=seed, sequence_length=seq_length, split=split, path_to_cache=cache_dir,
+        blend=([prefix] if isinstance(prefix, str) else list(prefix), weights),
         tokenizer=MinimalTokenizer(eod, vocab_size), reset_position_ids=False, reset_attention_mask=False,
         eod_mask_loss=False, mid_level_dataset_surplus=0.005,
     )

