@@ -24,7 +24,7 @@ from typing import Iterator
 from gptforge.errors import GptforgeError
 
 CORPUS_NAME = "stdlib_docs"
-CORPUS_FORMAT = 1  # bump when the assembly below changes
+CORPUS_FORMAT = 2  # bump when the assembly below or the saved files change
 SKIP_PARTS = {"test", "tests", "idle_test", "__pycache__", "site-packages", "dist-packages"}
 
 

@@ -208,7 +208,11 @@ def train_bytelevel(texts: Iterable[str], out_dir: str | os.PathLike, *, vocab_s
     tok.save_model(str(tmp))
     meta = {"kind": "bytelevel", "vocab_size": tok.get_vocab_size(), "eod": EOD_TOKEN}
     (tmp / "tokenizer_meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    for name in (VOCAB_NAME, MERGES_NAME, "tokenizer_meta.json"):
+    # lets Hugging Face AutoTokenizer (and Megatron's HuggingFaceTokenizer) load the directory
+    hf_config = {"tokenizer_class": "GPT2Tokenizer", "bos_token": EOD_TOKEN, "eos_token": EOD_TOKEN,
+                 "unk_token": EOD_TOKEN, "add_prefix_space": False, "model_max_length": 10**9}
+    (tmp / "tokenizer_config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+    for name in (VOCAB_NAME, MERGES_NAME, "tokenizer_meta.json", "tokenizer_config.json"):
         os.replace(tmp / name, out_dir / name)
     tmp.rmdir()
     return Tokenizer(out_dir / VOCAB_NAME, out_dir / MERGES_NAME, "bytelevel")
