@@ -39,6 +39,8 @@ def reference_build_sample_idx(
         num_samples = (total - extra) // seq_length
     else:  # Megatron computes this ceil in single precision; so do we, to agree on every input
         num_samples = int(np.ceil(np.float32(total - extra) / np.float32(seq_length)))
+    if num_samples < 0:
+        raise ValueError("fewer tokens than one sample")
     lengths = np.asarray(sizes)[np.asarray(document_idx)].astype(np.int64)
     starts = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(lengths, out=starts[1:])
