@@ -149,36 +149,22 @@ def prepare(
     progress: bool = True,
 ) -> PrepareResult:
     """Tokenize ``inputs`` into ``<output_prefix>_<key>_document.bin/.idx`` for every json key."""
-    if not inputs:
-        raise UsageError("--input", "no input files", "give at least one --input")
-    if workers < 1:
-        raise UsageError("--workers", f"{workers} is not a worker count", "use 1 or more")
-    if not json_keys or len(set(json_keys)) != len(json_keys):
-        raise UsageError("--json-keys", "keys must be given once each", "e.g. --json-keys text")
+    _check_arguments(inputs, workers, json_keys)
+
     def read(skipped: SkipLog) -> Iterator[Record]:
         return read_corpus(inputs, fmt=fmt, json_keys=json_keys, skip_bad_lines=skip_bad_lines, skipped=skipped)
 
     _require_documents(read(SkipLog()), inputs)
-
     training_text = (text for record in read(SkipLog()) for text in record.texts)
     tok, tok_dir = resolve_tokenizer(
         tokenizer, training_text, output_prefix=output_prefix, tokenizer_dir=tokenizer_dir,
         vocab_file=vocab_file, merge_file=merge_file, vocab_size=vocab_size,
     )
-    prefixes = {key: output_prefix_for(output_prefix, key) for key in json_keys}
-    result = PrepareResult(prefixes, tok_dir, tok)
-    writers = [IndexedDatasetWriter(prefixes[key], optimal_dtype(tok.vocab_size)) for key in json_keys]
+    result = PrepareResult({key: output_prefix_for(output_prefix, key) for key in json_keys}, tok_dir, tok)
+    writers = [IndexedDatasetWriter(result.prefixes[key], optimal_dtype(tok.vocab_size)) for key in json_keys]
     start = time.perf_counter()
     try:
-        with _progress(progress) as bar:
-            task = bar.add_task("tokenizing", tokens=0, rate="")
-            for per_key in _encoded(read(result.skipped), tok, append_eod, workers):
-                for writer, arrays in zip(writers, per_key):
-                    writer.add_documents(arrays)
-                    result.tokens += sum(len(a) for a in arrays)
-                result.documents += len(per_key[0])
-                elapsed = time.perf_counter() - start
-                bar.update(task, completed=result.documents, tokens=result.tokens, rate=f"{result.tokens / max(elapsed, 1e-9):,.0f} tok/s")
+        _write_all(_encoded(read(result.skipped), tok, append_eod, workers), writers, result, progress, start)
         if result.documents == 0:
             raise CorpusError(f"no usable documents in {', '.join(map(str, inputs))} ({result.skipped.count} bad lines skipped)")
     except BaseException:
@@ -189,6 +175,28 @@ def prepare(
         writer.finalize()
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _check_arguments(inputs, workers: int, json_keys) -> None:
+    if not inputs:
+        raise UsageError("--input", "no input files", "give at least one --input")
+    if workers < 1:
+        raise UsageError("--workers", f"{workers} is not a worker count", "use 1 or more")
+    if not json_keys or len(set(json_keys)) != len(json_keys):
+        raise UsageError("--json-keys", "keys must be given once each", "e.g. --json-keys text")
+
+
+def _write_all(encoded, writers, result: PrepareResult, progress: bool, start: float) -> None:
+    """Append every encoded chunk to the writers (one per key), counting and showing progress."""
+    with _progress(progress) as bar:
+        task = bar.add_task("tokenizing", tokens=0, rate="")
+        for per_key in encoded:
+            for writer, arrays in zip(writers, per_key):
+                writer.add_documents(arrays)
+                result.tokens += sum(len(a) for a in arrays)
+            result.documents += len(per_key[0])
+            rate = result.tokens / max(time.perf_counter() - start, 1e-9)
+            bar.update(task, completed=result.documents, tokens=result.tokens, rate=f"{rate:,.0f} tok/s")
 
 
 def _require_documents(records: Iterator[Record], inputs) -> None:
