@@ -92,7 +92,7 @@ def _texts(obj, keys: Sequence[str], where: str) -> tuple[str, ...] | str:
             return f"{where}: no key {key!r} (keys: {', '.join(map(repr, list(obj)[:8])) or 'none'}; choose with --json-keys)"
         value = obj[key]
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            value = "".join(value)  # Megatron treats a list as pre-split sentences of one document
+            value = "".join(value)  # one document (Megatron tokenizes each item as a separate sentence)
         if not isinstance(value, str):
             return f"{where}: key {key!r} holds {type(value).__name__}, expected a string"
         texts.append(value)
