@@ -8,6 +8,7 @@ checkpoint hooks. Checkpoint directories and the commit protocol belong to train
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import math
 from pathlib import Path
@@ -30,6 +31,9 @@ class TorchEngine:
         self.accum, self.ddp = accum, ddp
         self.clip = cfg.clip_grad
         self.fp8_context = fp8_context or contextlib.nullcontext
+        # apex FusedAdam.zero_grad() takes no set_to_none (it frees grads by its set_grad_none default)
+        takes = inspect.signature(optimizer.zero_grad).parameters
+        self.zero_grad_kwargs = {"set_to_none": True} if "set_to_none" in takes else {}
 
     def micro_step(self, x, y, is_last: bool) -> torch.Tensor:
         sync = contextlib.nullcontext() if (is_last or not self.ddp) else self.model.no_sync()
@@ -51,7 +55,7 @@ class TorchEngine:
         else:
             self.optimizer.step()
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(**self.zero_grad_kwargs)
         return norm.detach()
 
     def lr(self) -> float:
