@@ -8,7 +8,7 @@
 # and to $GPTFORGE_BENCH_OUT (default: bench-out/) as multi_gpu.json.
 #
 # DeepSpeed must be importable. On a machine without network, install the carried wheels first, e.g.
-#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+#   python3 -m pip install -q --no-index --no-deps --target "$PWD/.ds-site" .whl/*.whl && export PYTHONPATH="$PWD/.ds-site" PATH="$PWD/.ds-site/bin:$PATH"
 # and build its ops for a plain arch: TORCH_CUDA_ARCH_LIST=9.0 (an "a" suffix breaks DeepSpeed's op builder).
 set -euo pipefail
 
