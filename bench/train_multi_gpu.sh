@@ -28,7 +28,8 @@ COMMON=(--config gpt2-124m "train-iters=$STEPS" "lr-warmup-iters=10" micro-batch
         eval-interval=1000000 eval-iters=1 save-interval=1000000 log-interval=10 compile=true)
 
 echo "== prepare the default corpus"
-$PY -m gptforge train --run-dir "$WORK/prep" --config gpt2-tiny train-iters=1 eval-iters=1 > "$WORK/prep.log" 2>&1
+$PY -c "from gptforge.train.config import load_config; from gptforge.train.data import prepare_default_corpus
+print(prepare_default_corpus(load_config('gpt2-124m')[0]).prefix)"
 
 for n in 1 2; do
     echo "== torchrun DDP on $n GPU(s)"
