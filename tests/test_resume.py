@@ -49,7 +49,7 @@ def test_killed_run_resumes_bitwise(tmp_path, cache, reference, kill_at, resumes
     assert checkpoint.latest(run_dir / "checkpoints").name == checkpoint.step_dir_name(resumes_from)
     resumed = train(run_dir, cache, "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resuming from" in resumed.stdout and f"(step {resumes_from})" in resumed.stdout
+    assert "resuming from" in resumed.stdout and f"(step {resumes_from})" in resumed.stdout
     got = history(run_dir)
     assert [h[:2] for h in got] == [h[:2] for h in reference]
     assert got == reference  # float equality of every train and eval loss
