@@ -94,3 +94,18 @@ def test_warmup_then_cosine_shape():
 
 def test_list_keys_covers_every_field():
     assert set(KNOWN_KEYS) == {k.replace("_", "-") for k in TrainConfig.__dataclass_fields__}
+
+
+def test_deepspeed_config_is_completed_from_the_run(tmp_path):
+    from gptforge.train.engine import read_deepspeed_config
+
+    cfg, _ = load_config("gpt2-124m")
+    ds = read_deepspeed_config("zero2", cfg, world_size=2)  # a packaged config, by name
+    assert ds["zero_optimization"]["stage"] == 2 and ds["bf16"]["enabled"]
+    assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"], ds["train_batch_size"]) == (16, 16, 512)
+    both = tmp_path / "both.json"
+    both.write_text('{"bf16": {"enabled": true}, "fp16": {"enabled": true}}')
+    with pytest.raises(UsageError, match="both bf16 and fp16"):
+        read_deepspeed_config(str(both), cfg, world_size=1)
+    for stage in ("zero1", "zero3", "zero2-fp16"):
+        assert read_deepspeed_config(stage, cfg, 1)["gradient_clipping"] == 1.0
