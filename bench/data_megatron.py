@@ -82,7 +82,18 @@ def megatron_gpt_datasets(src: Path, prefix, *, split: str, seq_length: int, num
         tokenizer=MinimalTokenizer(eod, vocab_size), reset_position_ids=False, reset_attention_mask=False,
         eod_mask_loss=False, mid_level_dataset_surplus=0.005,
     )
+    _single_process_group()
     return BlendedMegatronDatasetBuilder(GPTDataset, list(num_samples), lambda: True, config).build()
+
+
+def _single_process_group() -> None:
+    """Released megatron-core (0.16) asks torch.distributed for the rank when it caches blended
+    indices; give it a one-process gloo group, as a single-GPU Megatron run has."""
+    import torch.distributed as dist
+
+    if dist.is_available() and not dist.is_initialized():
+        with tempfile.NamedTemporaryFile(prefix="gptforge-pg-") as store:
+            dist.init_process_group("gloo", init_method=f"file://{store.name}", rank=0, world_size=1)
 
 
 def _demo(src: Path) -> int:
