@@ -147,11 +147,26 @@ def test_arch_list_parsing():
     "parse, text",
     [(parse_driver, "banana"), (parse_driver, "580.65.06.1"), (parse_cuda, "twelve"), (parse_cuda, "12345"),
      (parse_torch, "latest"), (parse_torch, "2.11.0+cu13x"), (parse_gcc, "gcc-13"), (parse_gcc, "1.2"),
-     (parse_python, "2.7"), (parse_cudnn, "9"), (parse_cc, "9.0.0"), (validate_cc, "99.1"), (parse_arch, "9.0z")],
+     (parse_python, "2.7"), (parse_cudnn, "9"), (parse_cc, "9.0.0"), (validate_cc, "99.1"), (parse_arch, "9.0z"),
+     # digits of other scripts (str.isdigit() and int() accept them, versions do not)
+     (parse_driver, "５８０.６５.０６"), (parse_cuda, "１２.４"), (parse_gcc, "１３"), (parse_python, "３.１２"),
+     (parse_cudnn, "９１００２"), (parse_cc, "９.０"), (parse_arch, "９.０a"),
+     # encoded cuDNN versions outside what torch.backends.cudnn.version() returns
+     (parse_cudnn, "0000"), (parse_cudnn, "123456789")],
 )
 def test_bad_input_raises_version_error(parse, text):
     with pytest.raises(VersionError):
         parse(text)
+
+
+@FAST
+@given(st.text(max_size=12))
+def test_parsers_raise_only_version_error_and_quote_the_input_on_one_line(text):
+    for parse in (parse_driver, parse_cuda, parse_torch, parse_gcc, parse_python, parse_cudnn, parse_cc, parse_arch):
+        try:
+            parse(text)
+        except VersionError as err:
+            assert "\n" not in str(err)
 
 
 # --- GPU names ---------------------------------------------------------------------------------

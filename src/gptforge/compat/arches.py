@@ -37,7 +37,7 @@ class Arch:
         return Arch(self.major, self.minor)
 
 
-_ARCH = re.compile(r"^(?:(?:sm|compute)_)?(\d{1,2})\.?(\d)([af]?)$")
+_ARCH = re.compile(r"^(?:(?:sm|compute)_)?(\d{1,2})\.?(\d)([af]?)$", re.ASCII)
 
 
 def parse_arch(text: str) -> Arch:
@@ -45,7 +45,7 @@ def parse_arch(text: str) -> Arch:
     raw = str(text).strip().lower()
     match = _ARCH.match(raw)
     if not match:
-        raise VersionError(f"'{text}' is not a GPU architecture (expected e.g. 9.0, 9.0a or sm_90a)")
+        raise VersionError(f"{text!r} is not a GPU architecture (expected e.g. 9.0, 9.0a or sm_90a)")
     return Arch(int(match.group(1)), int(match.group(2)), match.group(3))
 
 
@@ -58,7 +58,7 @@ def parse_arch_list(text: str) -> tuple[list[Arch], list[Arch]]:
             continue
         name, plus, rest = item.partition("+")
         if plus and rest.lower() != "ptx":
-            raise VersionError(f"'{item}' in the arch list: only '+PTX' may follow an architecture")
+            raise VersionError(f"{item!r} in the arch list: only '+PTX' may follow an architecture")
         arch = parse_arch(name)
         sass.append(arch)
         if plus:

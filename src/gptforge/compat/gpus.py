@@ -46,13 +46,13 @@ def gpu_cc(name: str) -> CC:
     target = words(name)
     matches = [(len(key), cc, label) for key, cc, label in _table() if key and _contains(target, key)]
     if not matches:
-        raise UnknownGpu(f"unknown GPU '{name}' (give its compute capability with --cc X.Y instead)")
+        raise UnknownGpu(f"unknown GPU {name!r} (give its compute capability with --cc X.Y instead)")
     longest = max(m[0] for m in matches)
     best = {(cc, label) for length, cc, label in matches if length == longest}
     ccs = {cc for cc, _ in best}
     if len(ccs) > 1:
         names = ", ".join(sorted(label for _, label in best))
-        raise UnknownGpu(f"ambiguous GPU name '{name}' (matches {names}; use --cc X.Y)")
+        raise UnknownGpu(f"ambiguous GPU name {name!r} (matches {names}; use --cc X.Y)")
     return ccs.pop()
 
 

@@ -36,10 +36,6 @@ class DriverVersion:
         major, *rest = self.parts
         return ".".join([str(major)] + [f"{p:02d}" for p in rest])
 
-    @property
-    def branch(self) -> int:
-        return self.parts[0]
-
     def _key(self) -> tuple[int, ...]:
         return self.parts + (0,) * (3 - len(self.parts))
 
@@ -53,13 +49,13 @@ class DriverVersion:
         return hash(self._key())
 
 
-_DRIVER = re.compile(r"^(\d{3,4})(?:\.(\d{1,3}))?(?:\.(\d{1,3}))?$")
+_DRIVER = re.compile(r"^(\d{3,4})(?:\.(\d{1,3}))?(?:\.(\d{1,3}))?$", re.ASCII)
 
 
 def parse_driver(text: str) -> DriverVersion:
     match = _DRIVER.match(str(text).strip())
     if not match:
-        raise VersionError(f"'{text}' is not an NVIDIA driver version (expected e.g. 580.65.06 or 570.26)")
+        raise VersionError(f"{text!r} is not an NVIDIA driver version (expected e.g. 580.65.06 or 570.26)")
     return DriverVersion(tuple(int(g) for g in match.groups() if g is not None))
 
 
@@ -98,8 +94,13 @@ class CudaVersion:
         return self._key() < other._key()
 
 
-_CUDA_DOTTED = re.compile(r"^(\d{1,2})\.(\d{1,2})(?:\.(\d{1,3}))?$")
-_CUDA_TAG = re.compile(r"^cu(\d{1,2})(\d)$")
+_CUDA_DOTTED = re.compile(r"^(\d{1,2})\.(\d{1,2})(?:\.(\d{1,3}))?$", re.ASCII)
+_CUDA_TAG = re.compile(r"^cu(\d{1,2})(\d)$", re.ASCII)
+
+
+def _is_ascii_number(text: str) -> bool:
+    """Digits 0-9 only: str.isdigit() also accepts other scripts' digits, which int() would read."""
+    return text.isascii() and text.isdigit()
 
 
 def parse_cuda(text: str) -> CudaVersion:
@@ -110,16 +111,12 @@ def parse_cuda(text: str) -> CudaVersion:
     if match := _CUDA_TAG.match(raw):
         # cu92 -> 9.2, cu126 -> 12.6, cu130 -> 13.0 (CUDA minors are single digits)
         return CudaVersion(int(match.group(1)), int(match.group(2)))
-    if raw.isdigit() and 4 <= len(raw) <= 5:
+    if _is_ascii_number(raw) and 4 <= len(raw) <= 5:
         value = int(raw)
         major, rest = divmod(value, 1000)
         if rest % 10 == 0 and major >= 7:
             return CudaVersion(major, rest // 10)
-    raise VersionError(f"'{text}' is not a CUDA version (expected e.g. 12.4, cu126 or 12080)")
-
-
-def format_cuda(version: CudaVersion) -> str:
-    return str(version)
+    raise VersionError(f"{text!r} is not a CUDA version (expected e.g. 12.4, cu126 or 12080)")
 
 
 @dataclass(frozen=True)
@@ -149,9 +146,9 @@ def parse_torch(text: str) -> TorchVersion:
     try:
         version = Version(public)
     except InvalidVersion:
-        raise VersionError(f"'{text}' is not a torch version (expected e.g. 2.11.0 or 2.11.0+cu130)") from None
+        raise VersionError(f"{text!r} is not a torch version (expected e.g. 2.11.0 or 2.11.0+cu130)") from None
     if version.local or not public or len(version.release) < 2:
-        raise VersionError(f"'{text}' is not a torch version (expected e.g. 2.11.0 or 2.11.0+cu130)")
+        raise VersionError(f"{text!r} is not a torch version (expected e.g. 2.11.0 or 2.11.0+cu130)")
     if not local:
         return TorchVersion(version)
     local = local.lower()
@@ -159,45 +156,48 @@ def parse_torch(text: str) -> TorchVersion:
         return TorchVersion(version, parse_cuda(local), local)
     if re.fullmatch(r"[a-z0-9.]+", local):
         return TorchVersion(version, None, local)
-    raise VersionError(f"'{text}': unknown torch build tag '+{local}' (expected +cuXYZ or +cpu)")
+    raise VersionError(f"{text!r}: unknown torch build tag '+{local}' (expected +cuXYZ or +cpu)")
 
 
-_PLAIN = re.compile(r"^\d+(\.\d+){0,3}$")
+_PLAIN = re.compile(r"^\d+(\.\d+){0,3}$", re.ASCII)
 
 
 def _parse_plain(text: str, what: str, example: str, max_parts: int) -> Version:
     raw = str(text).strip()
     if not _PLAIN.match(raw) or raw.count(".") >= max_parts:
-        raise VersionError(f"'{text}' is not a {what} version (expected e.g. {example})")
+        raise VersionError(f"{text!r} is not a {what} version (expected e.g. {example})")
     return Version(raw)
 
 
-def parse_gcc(text: str) -> Version:
-    version = _parse_plain(text, "gcc", "13, 13.2 or 13.2.0", 3)
+def _parse_compiler(text: str, what: str, example: str) -> Version:
+    version = _parse_plain(text, what, example, 3)
     if not 3 <= version.major <= 99:
-        raise VersionError(f"'{text}' is not a gcc version (majors run from 3 upward; e.g. 13.2)")
+        raise VersionError(f"{text!r} is not a {what} version (majors run from 3 to 99; e.g. {example})")
     return version
+
+
+def parse_gcc(text: str) -> Version:
+    return _parse_compiler(text, "gcc", "13, 13.2 or 13.2.0")
 
 
 def parse_clang(text: str) -> Version:
-    version = _parse_plain(text, "clang", "18 or 18.1.8", 3)
-    if not 3 <= version.major <= 99:
-        raise VersionError(f"'{text}' is not a clang version (e.g. 18.1.8)")
-    return version
+    return _parse_compiler(text, "clang", "18 or 18.1.8")
 
 
 def parse_python(text: str) -> Version:
     version = _parse_plain(text, "Python", "3.12 or 3.12.4", 3)
     if version.major != 3 or len(version.release) < 2:
-        raise VersionError(f"'{text}' is not a Python 3 version (expected e.g. 3.12)")
+        raise VersionError(f"{text!r} is not a Python 3 version (expected e.g. 3.12)")
     return version
 
 
 def parse_cudnn(text: str) -> Version:
     """9.10.2.21 / 9.10.2 / 91002 (>= 9: M*10000+m*100+p) / 8902 (8.x: M*1000+m*100+p)."""
     raw = str(text).strip()
-    if raw.isdigit() and len(raw) >= 4:
+    if _is_ascii_number(raw) and len(raw) >= 4:
         value = int(raw)
+        if not 1000 <= value <= 999999:
+            raise VersionError(f"{text!r} is not a cuDNN version (encoded forms look like 91002 or 8902)")
         if value >= 90000:
             major, minor, patch = value // 10000, (value // 100) % 100, value % 100
         else:
@@ -205,7 +205,7 @@ def parse_cudnn(text: str) -> Version:
         return Version(f"{major}.{minor}.{patch}")
     version = _parse_plain(text, "cuDNN", "9.10.2.21 or 91002", 4)
     if len(version.release) < 2:
-        raise VersionError(f"'{text}' is not a cuDNN version (expected e.g. 9.10.2)")
+        raise VersionError(f"{text!r} is not a cuDNN version (expected e.g. 9.10.2)")
     return version
 
 
@@ -218,18 +218,18 @@ def parse_release(text: str, what: str = "version") -> Version:
     try:
         return Version(str(text).strip())
     except InvalidVersion:
-        raise VersionError(f"'{text}' is not a {what} version") from None
+        raise VersionError(f"{text!r} is not a {what} version") from None
 
 
-_CC = re.compile(r"^(?:sm_?|compute_)?(\d{1,2})\.?(\d)$")
+_CC = re.compile(r"^(?:sm_?|compute_)?(\d{1,2})\.?(\d)$", re.ASCII)
 
 
 def parse_cc(text: str) -> tuple[int, int]:
     """9.0 / 90 / sm_90 -> (9, 0). Syntax only: gpus.validate_cc checks it is a real one."""
     raw = str(text).strip().lower()
     match = _CC.match(raw)
-    if not match or ("." not in raw and not raw[-1].isdigit()):
-        raise VersionError(f"'{text}' is not a compute capability (expected e.g. 9.0 or sm_90)")
+    if not match:
+        raise VersionError(f"{text!r} is not a compute capability (expected e.g. 9.0 or sm_90)")
     return int(match.group(1)), int(match.group(2))
 
 
