@@ -120,6 +120,13 @@ def test_cuda_12_7_does_not_exist():
     assert "cuda-unknown" in codes(Severity.WARNING, cuda="12.7")
 
 
+@pytest.mark.parametrize("unset", ["", "native"])
+def test_arch_list_torch_chooses_itself_is_not_judged(unset):
+    """torch's cpp_extension builds for the visible GPUs when TORCH_CUDA_ARCH_LIST is empty or 'native'."""
+    assert check(Combination(ccs=((9, 0),), cuda="13.0", deepspeed="0.19.6", torch_cuda_arch_list_env=unset)) == []
+    assert "arch-list-misses-gpu" in errors(ccs=((9, 0),), torch_cuda_arch_list_env=" ")
+
+
 def test_unreadable_field_is_a_warning_not_an_exception():
     assert "unreadable-version" in codes(Severity.WARNING, driver="banana", gcc="latest")
 

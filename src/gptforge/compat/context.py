@@ -99,6 +99,11 @@ def _torch_arches(ctx: Context) -> None:
         ctx.torch_arches, ctx.torch_ptx = ctx.torch_variant.arches, ctx.torch_variant.ptx
 
 
+def _arch_list_env(value: str | None) -> str | None:
+    """None where torch's cpp_extension picks the arches of the visible GPUs itself: unset, "" or "native"."""
+    return None if value in (None, "", "native") else value
+
+
 def build_context(combo: Combination, facts: Facts) -> Context:
     ctx = Context(combo, facts)
     ctx.driver = _read(ctx, "driver", combo.driver, parse_driver)
@@ -128,5 +133,5 @@ def build_context(combo: Combination, facts: Facts) -> Context:
     ctx.deepspeed = _read(ctx, "deepspeed", combo.deepspeed, lambda v: parse_release(v, "DeepSpeed"))
     ctx.transformer_engine = _read(ctx, "transformer_engine", combo.transformer_engine,
                                    lambda v: parse_release(v, "TransformerEngine"))
-    ctx.arch_env = _read(ctx, "TORCH_CUDA_ARCH_LIST", combo.torch_cuda_arch_list_env, parse_arch_list)
+    ctx.arch_env = _read(ctx, "TORCH_CUDA_ARCH_LIST", _arch_list_env(combo.torch_cuda_arch_list_env), parse_arch_list)
     return ctx
