@@ -16,92 +16,106 @@ _RECOMMEND_HELP = """Which of gptforge's environments (cpu, cuda-12-6, cuda-12-9
 this driver and these GPUs, and why each other one does not. Exit status 1 when no CUDA environment fits."""
 
 
-def _typed(parse):
-    """An argparse type= that turns the parser's VersionError into a one-line usage error."""
+def _arg_type(parse, *, keep_text: bool = True):
+    """An argparse type= that runs ``parse`` and turns its VersionError into a one-line usage error.
+
+    Returns the stripped text (the Combination takes versions as text), or the parsed value.
+    """
     from gptforge.compat import VersionError
 
     def convert(text: str):
         try:
-            parse(text)
+            value = parse(text)
         except VersionError as err:
             raise argparse.ArgumentTypeError(str(err)) from None
-        return text.strip()
+        return text.strip() if keep_text else value
 
-    convert.__name__ = getattr(parse, "__name__", "value").removeprefix("parse_")
     return convert
 
 
-def _gpu(text: str):
-    from gptforge.compat import VersionError, gpu_cc
+class _Once(argparse.Action):
+    """Store a flag's value; the same flag given again with another value is a conflict, not an override."""
 
-    try:
-        return gpu_cc(text)
-    except VersionError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    def __call__(self, parser, namespace, values, option_string=None):
+        previous = getattr(namespace, self.dest, None)
+        if previous is not None and previous != values:
+            raise argparse.ArgumentError(self, f"given twice ({previous} and {values}); give it once")
+        setattr(namespace, self.dest, values)
 
 
-def _cc(text: str):
-    from gptforge.compat import VersionError, validate_cc
+def _full_driver(text: str):
+    from gptforge.compat import VersionError, parse_driver
 
-    try:
-        return validate_cc(text)
-    except VersionError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    if len(parse_driver(text).parts) < 2:
+        raise VersionError(f"{text!r} is a driver branch; give the full version nvidia-smi prints, e.g. 580.65.06")
+
+
+def _known_arch_list(text: str):
+    from gptforge.compat import VersionError, format_cc, parse_arch_list, validate_cc
+
+    sass, _ = parse_arch_list(text)
+    if not sass:
+        raise VersionError(f"{text!r} names no architecture (e.g. '9.0' or '8.0;9.0+PTX')")
+    for arch in sass:
+        validate_cc(format_cc(arch.cc))
+
+
+def _nonempty(text: str):
+    from gptforge.compat import VersionError
+
+    if not text.strip():
+        raise VersionError("an empty value (leave the flag out when the package is not installed)")
+
+
+def _version_flag(parser: argparse.ArgumentParser, flag: str, parse, metavar: str, help: str, **kwargs) -> None:
+    """A flag taking one version, checked by ``parse``; giving it twice with different values is a usage error."""
+    parser.add_argument(flag, action=_Once, type=_arg_type(parse), metavar=metavar, help=help, **kwargs)
 
 
 def _add_gpu_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--gpu", dest="ccs", action="append", type=_gpu, metavar="NAME",
+    from gptforge.compat import gpu_cc, validate_cc
+
+    parser.add_argument("--gpu", dest="ccs", action="append", type=_arg_type(gpu_cc, keep_text=False), metavar="NAME",
                         help="a GPU by name, as nvidia-smi prints it ('NVIDIA H100 80GB HBM3', 'A100', 'RTX 4090'); "
                              "repeat for several")
-    parser.add_argument("--cc", dest="ccs", action="append", type=_cc, metavar="X.Y",
-                        help="a GPU by compute capability (9.0, 8.6, sm_120); repeat for several")
+    parser.add_argument("--cc", dest="ccs", action="append", type=_arg_type(validate_cc, keep_text=False),
+                        metavar="X.Y", help="a GPU by compute capability (9.0, 8.6, sm_120); repeat for several")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 def register(subparsers, groups) -> None:
-    from gptforge.compat import (
-        parse_clang,
-        parse_cuda,
-        parse_cudnn,
-        parse_driver,
-        parse_gcc,
-        parse_nccl,
-        parse_python,
-        parse_torch,
-    )
-    from gptforge.compat.arches import parse_arch_list
+    from gptforge.compat import parse_clang, parse_cuda, parse_cudnn, parse_gcc, parse_nccl, parse_python, parse_torch
     from gptforge.compat.versions import parse_release
 
-    commands = group(subparsers, groups, "compat", "Check version combinations; pick an environment.")
+    commands = group(subparsers, groups, "compat", "check version combinations; pick an environment")
 
     check = commands.add_parser("check", help="judge a combination of versions (offline)", description=_CHECK_HELP)
-    check.add_argument("--driver", type=_typed(parse_driver), metavar="V", help="NVIDIA driver, e.g. 580.65.06")
+    _version_flag(check, "--driver", _full_driver, "V", "NVIDIA driver, e.g. 580.65.06")
     _add_gpu_flags(check)
-    check.add_argument("--cuda", type=_typed(parse_cuda), metavar="X.Y",
-                       help="CUDA toolkit (nvcc) that builds extensions, e.g. 12.4")
-    check.add_argument("--torch", type=_typed(parse_torch), metavar="V[+cuXYZ]", help="torch, e.g. 2.11.0+cu130")
-    check.add_argument("--torch-cuda", type=_typed(parse_cuda), metavar="X.Y",
-                       help="CUDA torch was built with (torch.version.cuda), when --torch has no +cuXYZ")
-    check.add_argument("--python", type=_typed(parse_python), metavar="X.Y", help="Python, e.g. 3.12")
-    check.add_argument("--gcc", type=_typed(parse_gcc), metavar="N[.M]", help="host gcc, e.g. 13 or 13.2.0")
-    check.add_argument("--clang", type=_typed(parse_clang), metavar="N[.M]", help="host clang, when it is the host compiler")
-    check.add_argument("--cudnn", type=_typed(parse_cudnn), metavar="V", help="cuDNN, e.g. 9.10.2 (or 91002)")
-    check.add_argument("--nccl", type=_typed(parse_nccl), metavar="V", help="NCCL, e.g. 2.29.7")
-    check.add_argument("--apex", metavar="V", help="apex version or commit (apex's nvcc check applies)")
-    check.add_argument("--deepspeed", type=_typed(lambda v: parse_release(v, "DeepSpeed")), metavar="V",
-                       help="DeepSpeed version (its nvcc and arch-list checks apply)")
-    check.add_argument("--transformer-engine", type=_typed(lambda v: parse_release(v, "TransformerEngine")),
-                       metavar="V", help="TransformerEngine version (its CC/CUDA/cuDNN floor and FP8 apply)")
-    check.add_argument("--torch-arch-list", type=_typed(parse_arch_list), metavar="LIST",
-                       help="arches the torch build has kernels for, e.g. 'sm_80 sm_90' (default: the published build's)")
-    check.add_argument("--arch-list", type=_typed(parse_arch_list), metavar="LIST",
-                       help="the TORCH_CUDA_ARCH_LIST extension builds use, e.g. '9.0a'")
+    _version_flag(check, "--cuda", parse_cuda, "X.Y", "CUDA toolkit (nvcc) that builds extensions, e.g. 12.4")
+    _version_flag(check, "--torch", parse_torch, "V[+cuXYZ]", "torch, e.g. 2.11.0+cu130")
+    _version_flag(check, "--torch-cuda", parse_cuda, "X.Y",
+                  "CUDA torch was built with (torch.version.cuda), when --torch has no +cuXYZ")
+    _version_flag(check, "--python", parse_python, "X.Y", "Python, e.g. 3.12")
+    _version_flag(check, "--gcc", parse_gcc, "N[.M]", "host gcc, e.g. 13 or 13.2.0")
+    _version_flag(check, "--clang", parse_clang, "N[.M]", "host clang, when it is the host compiler")
+    _version_flag(check, "--cudnn", parse_cudnn, "V", "cuDNN, e.g. 9.10.2 (or 91002)")
+    _version_flag(check, "--nccl", parse_nccl, "V", "NCCL, e.g. 2.29.7")
+    _version_flag(check, "--apex", _nonempty, "V", "apex version or commit (apex's nvcc check applies)")
+    _version_flag(check, "--deepspeed", lambda v: parse_release(v, "DeepSpeed"), "V",
+                  "DeepSpeed version (its nvcc and arch-list checks apply)")
+    _version_flag(check, "--transformer-engine", lambda v: parse_release(v, "TransformerEngine"), "V",
+                  "TransformerEngine version (its CC/CUDA/cuDNN floor and FP8 apply)")
+    _version_flag(check, "--torch-arch-list", _known_arch_list, "LIST",
+                  "arches the torch build has kernels for, e.g. 'sm_80 sm_90' (default: the published build's)")
+    _version_flag(check, "--arch-list", _known_arch_list, "LIST",
+                  "the TORCH_CUDA_ARCH_LIST extension builds use, e.g. '9.0a'")
     check.set_defaults(func=run_check)
 
     recommend = commands.add_parser("recommend", help="pick the environment that fits a machine",
                                     description=_RECOMMEND_HELP)
-    recommend.add_argument("--driver", type=_typed(parse_driver), metavar="V", required=True,
-                           help="NVIDIA driver, e.g. 535.104.05 (nvidia-smi)")
+    _version_flag(recommend, "--driver", _full_driver, "V", "NVIDIA driver, e.g. 535.104.05 (nvidia-smi)",
+                  required=True)
     _add_gpu_flags(recommend)
     recommend.set_defaults(func=run_recommend)
 
