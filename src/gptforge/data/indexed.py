@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from gptforge.errors import GptforgeError
+from gptforge.errors import GptforgeError, UsageError
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -51,6 +51,23 @@ def bin_path(prefix: str | os.PathLike) -> Path:
 
 def idx_path(prefix: str | os.PathLike) -> Path:
     return Path(f"{os.fspath(prefix)}.idx")
+
+
+def check_output_prefix(prefix: str | os.PathLike, flag: str = "--output-prefix") -> None:
+    """Refuse an output prefix that cannot be written, before any work is done.
+
+    The directory must already exist: creating it would turn a typo into a new directory tree.
+    """
+    text = os.fspath(prefix)
+    if not text or text.endswith(("/", os.sep)):
+        raise UsageError(flag, f"{text!r} names a directory, not a file prefix", f"add a name, e.g. {os.path.join(text or '.', 'corpus')}")
+    parent = Path(text).parent
+    if os.path.lexists(parent) and not parent.is_dir():
+        raise UsageError(flag, f"{parent} is not a directory", "put the prefix in an existing directory")
+    if not parent.is_dir():
+        raise UsageError(flag, f"{parent} does not exist", f"create the directory first (mkdir -p {parent})")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(flag, f"{parent} is not writable", "choose a directory you can write to")
 
 
 @dataclass(frozen=True)
@@ -247,11 +264,13 @@ class IndexedDatasetWriter:
         self.dtype = np.dtype(dtype)
         if self.dtype not in CODE_BY_DTYPE:
             raise ValueError(f"dtype {self.dtype} has no MMIDIDX code")
-        Path(self.prefix).parent.mkdir(parents=True, exist_ok=True)
         tag = f".partial-{os.getpid()}"
         self._tmp_bin = Path(f"{bin_path(prefix)}{tag}")
         self._tmp_idx = Path(f"{idx_path(prefix)}{tag}")
-        self._bin = open(self._tmp_bin, "wb")
+        try:
+            self._bin = open(self._tmp_bin, "wb")
+        except OSError as err:
+            raise IndexedDatasetError(f"cannot write {self._tmp_bin}: {err.strerror}", "check --output-prefix") from None
         self._lengths: list[np.ndarray] = []
         self._documents: list[np.ndarray] = [np.zeros(1, np.int64)]  # boundary chunks (arrays: 100M documents fit)
         self._document_count = 0
@@ -301,10 +320,22 @@ class IndexedDatasetWriter:
         return self._document_count
 
     def finalize(self) -> None:
-        self._bin.close()
-        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32)
-        with open(self._tmp_idx, "wb") as f:
-            _write_index(f, self.dtype, lengths, np.concatenate(self._documents))
+        self.seal()
+        self.publish()
+
+    def seal(self) -> None:
+        """Complete both temporary files; on failure remove them."""
+        try:
+            self._bin.close()
+            lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32)
+            with open(self._tmp_idx, "wb") as f:
+                _write_index(f, self.dtype, lengths, np.concatenate(self._documents))
+        except BaseException:
+            self.abort()
+            raise
+
+    def publish(self) -> None:
+        """Rename the sealed files into place."""
         os.replace(self._tmp_bin, bin_path(self.prefix))
         os.replace(self._tmp_idx, idx_path(self.prefix))
 
@@ -332,8 +363,12 @@ def merge_datasets(prefixes: Sequence[str | os.PathLike], output_prefix: str | o
     """Concatenate several datasets with one dtype into ``output_prefix``."""
     if not prefixes:
         raise IndexedDatasetError("nothing to merge", "give at least one prefix")
+    check_output_prefix(output_prefix)
     dtype = IndexedDataset(prefixes[0]).dtype
-    with IndexedDatasetWriter(output_prefix, dtype) as writer:
-        for prefix in prefixes:
-            writer.add_index(prefix)
+    try:
+        with IndexedDatasetWriter(output_prefix, dtype) as writer:
+            for prefix in prefixes:
+                writer.add_index(prefix)
+    except OSError as err:
+        raise IndexedDatasetError(f"{err.filename or output_prefix}: {err.strerror}") from None
     return IndexedDataset(output_prefix)

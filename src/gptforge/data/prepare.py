@@ -17,10 +17,10 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from gptforge.data.indexed import IndexedDatasetWriter, optimal_dtype
+from gptforge.data.indexed import IndexedDatasetWriter, check_output_prefix, optimal_dtype
 from gptforge.data.readers import CorpusError, Record, SkipLog, read_corpus
-from gptforge.data.tokenizer import VOCAB_NAME, Tokenizer, load_tokenizer, train_bytelevel
-from gptforge.errors import UsageError
+from gptforge.data.tokenizer import VOCAB_NAME, Tokenizer, load_tokenizer, remove_trained, train_bytelevel
+from gptforge.errors import GptforgeError, UsageError
 
 CHUNK_RECORDS = 256
 
@@ -30,6 +30,7 @@ class PrepareResult:
     prefixes: dict[str, Path]  # json key -> output prefix (``P_<key>_document``)
     tokenizer_dir: Path | None
     tokenizer: Tokenizer
+    trained_tokenizer: bool = False  # this run trained (and saved) the tokenizer
     documents: int = 0
     tokens: int = 0
     seconds: float = 0.0
@@ -58,17 +59,18 @@ def resolve_tokenizer(
     vocab_file=None,
     merge_file=None,
     vocab_size: int | None = None,
-) -> tuple[Tokenizer, Path | None]:
-    """Load the tokenizer; a ``bytelevel`` one is trained on ``corpus`` when its directory is empty."""
+) -> tuple[Tokenizer, Path | None, bool]:
+    """(tokenizer, its directory, trained here): a ``bytelevel`` one is trained on ``corpus`` when
+    its directory is empty."""
     if kind == "bytelevel" and vocab_file is None:
         directory = Path(tokenizer_dir) if tokenizer_dir else default_tokenizer_dir(output_prefix)
         if not (directory / VOCAB_NAME).is_file():
-            return train_bytelevel(corpus, directory, vocab_size=vocab_size or 8192), directory
-        return load_tokenizer(kind, tokenizer_dir=directory), directory
+            return train_bytelevel(corpus, directory, vocab_size=vocab_size or 8192), directory, True
+        return load_tokenizer(kind, tokenizer_dir=directory), directory, False
     if vocab_size is not None:
         raise UsageError("--vocab-size", "only a bytelevel tokenizer is trained", "drop --vocab-size or use --tokenizer bytelevel")
     tok = load_tokenizer(kind, tokenizer_dir=tokenizer_dir, vocab_file=vocab_file, merge_file=merge_file)
-    return tok, Path(tokenizer_dir) if tokenizer_dir else None
+    return tok, Path(tokenizer_dir) if tokenizer_dir else None, False
 
 
 # --- tokenization (runs in worker processes too) ---------------------------------------------
@@ -149,37 +151,49 @@ def prepare(
     progress: bool = True,
 ) -> PrepareResult:
     """Tokenize ``inputs`` into ``<output_prefix>_<key>_document.bin/.idx`` for every json key."""
-    _check_arguments(inputs, workers, json_keys)
+    _check_arguments(inputs, output_prefix, workers, json_keys)
 
     def read(skipped: SkipLog) -> Iterator[Record]:
         return read_corpus(inputs, fmt=fmt, json_keys=json_keys, skip_bad_lines=skip_bad_lines, skipped=skipped)
 
-    _require_documents(read(SkipLog()), inputs)
+    _require_text(read, inputs)
     training_text = (text for record in read(SkipLog()) for text in record.texts)
-    tok, tok_dir = resolve_tokenizer(
+    tok, tok_dir, trained = resolve_tokenizer(
         tokenizer, training_text, output_prefix=output_prefix, tokenizer_dir=tokenizer_dir,
         vocab_file=vocab_file, merge_file=merge_file, vocab_size=vocab_size,
     )
-    result = PrepareResult({key: output_prefix_for(output_prefix, key) for key in json_keys}, tok_dir, tok)
-    writers = [IndexedDatasetWriter(result.prefixes[key], optimal_dtype(tok.vocab_size)) for key in json_keys]
+    result = PrepareResult({key: output_prefix_for(output_prefix, key) for key in json_keys}, tok_dir, tok, trained)
+    writers: list[IndexedDatasetWriter] = []
     start = time.perf_counter()
     try:
+        for key in json_keys:
+            writers.append(IndexedDatasetWriter(result.prefixes[key], optimal_dtype(tok.vocab_size)))
         _write_all(_encoded(read(result.skipped), tok, append_eod, workers), writers, result, progress, start)
-        if result.documents == 0:
-            raise CorpusError(f"no usable documents in {', '.join(map(str, inputs))} ({result.skipped.count} bad lines skipped)")
-    except BaseException:
         for writer in writers:
-            writer.abort()
+            writer.seal()
+    except BaseException as err:
+        _discard(writers, result)
+        if isinstance(err, OSError):
+            raise GptforgeError(f"{err.filename or output_prefix}: {err.strerror or err}") from None
         raise
     for writer in writers:
-        writer.finalize()
+        writer.publish()
     result.seconds = time.perf_counter() - start
     return result
 
 
-def _check_arguments(inputs, workers: int, json_keys) -> None:
+def _discard(writers: list[IndexedDatasetWriter], result: PrepareResult) -> None:
+    """A failed or interrupted run leaves nothing: no temporary files, no tokenizer it trained."""
+    for writer in writers:
+        writer.abort()
+    if result.trained_tokenizer:
+        remove_trained(result.tokenizer_dir)
+
+
+def _check_arguments(inputs, output_prefix, workers: int, json_keys) -> None:
     if not inputs:
         raise UsageError("--input", "no input files", "give at least one --input")
+    check_output_prefix(output_prefix)
     if workers < 1:
         raise UsageError("--workers", f"{workers} is not a worker count", "use 1 or more")
     if not json_keys or len(set(json_keys)) != len(json_keys):
@@ -199,7 +213,9 @@ def _write_all(encoded, writers, result: PrepareResult, progress: bool, start: f
             bar.update(task, completed=result.documents, tokens=result.tokens, rate=f"{rate:,.0f} tok/s")
 
 
-def _require_documents(records: Iterator[Record], inputs) -> None:
-    """Fail early (before training a tokenizer) on an empty corpus or a bad first line."""
-    if next(records, None) is None:
-        raise CorpusError(f"empty corpus: no documents in {', '.join(map(str, inputs))}", "check the input files and --json-keys")
+def _require_text(read, inputs) -> None:
+    """Fail early (before training a tokenizer) on a corpus without text or a bad first line."""
+    skipped = SkipLog()
+    if not any(any(record.texts) for record in read(skipped)):
+        bad = f" ({skipped.count} bad lines skipped)" if skipped.count else ""
+        raise CorpusError(f"empty corpus: no text in {', '.join(map(str, inputs))}{bad}", "check the input files and --json-keys")

@@ -66,14 +66,18 @@ def read_corpus(
     for raw in paths:
         path = Path(raw)
         if not path.is_file():
-            raise UsageError("--input", f"{path} not found", "give existing files")
+            what = "is a directory" if path.is_dir() else "not found"
+            raise UsageError("--input", f"{path} {what}", "give existing files")
         kind = detect_format(path, fmt)
-        if kind == "jsonl":
-            yield from _read_jsonl(path, json_keys, skip_bad_lines, skipped)
-        elif kind == "parquet":
-            yield from _read_parquet(path, json_keys, skip_bad_lines, skipped)
-        else:
-            yield from _read_text(path, json_keys)
+        try:
+            if kind == "jsonl":
+                yield from _read_jsonl(path, json_keys, skip_bad_lines, skipped)
+            elif kind == "parquet":
+                yield from _read_parquet(path, json_keys, skip_bad_lines, skipped)
+            else:
+                yield from _read_text(path, json_keys)
+        except OSError as err:  # unreadable, or an I/O error while reading
+            raise CorpusError(f"{path}: {err.strerror or err}") from None
 
 
 def _bad(message: str, skip: bool, skipped: SkipLog) -> None:

@@ -23,6 +23,7 @@ from gptforge.errors import GptforgeError, UsageError
 EOD_TOKEN = "<|endoftext|>"
 VOCAB_NAME = "vocab.json"
 MERGES_NAME = "merges.txt"
+TRAINED_FILES = (VOCAB_NAME, MERGES_NAME, "tokenizer_meta.json", "tokenizer_config.json")  # what train_bytelevel writes
 KINDS = ("gpt2", "bytelevel")
 
 
@@ -212,7 +213,16 @@ def train_bytelevel(texts: Iterable[str], out_dir: str | os.PathLike, *, vocab_s
     hf_config = {"tokenizer_class": "GPT2Tokenizer", "bos_token": EOD_TOKEN, "eos_token": EOD_TOKEN,
                  "unk_token": EOD_TOKEN, "add_prefix_space": False, "model_max_length": 10**9}
     (tmp / "tokenizer_config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
-    for name in (VOCAB_NAME, MERGES_NAME, "tokenizer_meta.json", "tokenizer_config.json"):
+    for name in TRAINED_FILES:
         os.replace(tmp / name, out_dir / name)
     tmp.rmdir()
     return Tokenizer(out_dir / VOCAB_NAME, out_dir / MERGES_NAME, "bytelevel")
+
+
+def remove_trained(out_dir: str | os.PathLike) -> None:
+    """Undo ``train_bytelevel``: its files, and the directory when nothing else is in it."""
+    out_dir = Path(out_dir)
+    for name in TRAINED_FILES:
+        (out_dir / name).unlink(missing_ok=True)
+    if out_dir.is_dir() and not any(out_dir.iterdir()):
+        out_dir.rmdir()
