@@ -145,3 +145,33 @@ def test_dispatch_uses_numpy_with_notice_when_not_built(tmp_path, monkeypatch, c
     si.build_sample_idx(sizes, doc_idx, 4, 1, 21)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "NumPy" in err[0] and "gptforge build helpers" in err[0]
+
+
+def test_gpt_dataset_uses_the_compiled_helpers_when_built(builds, tmp_path, monkeypatch, capsys):
+    import gptforge.build.helpers as bh
+    from gptforge.data.gpt_dataset import build_gpt_datasets
+    from gptforge.data.indexed import IndexedDatasetWriter
+
+    cache, _, _ = builds
+    monkeypatch.setenv("GPTFORGE_CACHE", str(cache))
+    monkeypatch.setattr(bh, "_loaded", None)
+    monkeypatch.setattr(si, "_NOTICE_SHOWN", False)
+    module = bh.load_helpers()
+    assert module is not None
+    calls = []
+    compiled = module.build_sample_idx_int32
+    monkeypatch.setattr(module, "build_sample_idx_int32", lambda *a: calls.append(a) or compiled(*a))
+    with IndexedDatasetWriter(tmp_path / "d", np.uint16) as writer:
+        writer.add_documents([np.arange(n) for n in range(5, 105)])
+    train, _, _ = build_gpt_datasets(tmp_path / "d", split="1,0,0", seq_length=16, num_samples=(50, 0, 0), cache_dir=tmp_path / "c")
+    assert len(train) == 50 and len(calls) == 1
+    assert "NumPy" not in capsys.readouterr().err
+
+
+def test_unusable_cache_is_one_line_error(cli, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "loop").symlink_to("loop")
+    for cache in (tmp_path / "afile", tmp_path / "loop"):
+        proc = cli("build", "helpers", env={"GPTFORGE_CACHE": str(cache)})
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "GPTFORGE_CACHE" in proc.stderr, proc.stderr

@@ -87,26 +87,36 @@ def build_helpers(*, force: bool = False, source: Path = SOURCE) -> HelpersBuild
     """Compile the helpers into the cache unless an identical build is already there."""
     from filelock import FileLock
 
-    key = cache_key(source)
     target = module_path(source)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(target.parent.with_suffix(".lock"))):
+            return _build_locked(source, target, force)
+    except OSError as err:
+        raise HelpersBuildError(f"cannot use the helpers cache {cache_root()}: {err.strerror or err}",
+                                "set GPTFORGE_CACHE to a writable directory") from None
+
+
+def _build_locked(source: Path, target: Path, force: bool) -> HelpersBuild:
     start = time.perf_counter()
-    with FileLock(str(target.parent.with_suffix(".lock"))):
-        if target.is_file() and not force:
-            meta = json.loads((target.parent / "entry.json").read_text()) if (target.parent / "entry.json").is_file() else {}
-            return HelpersBuild(target, key, False, time.perf_counter() - start, meta.get("command", []))
-        tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
-        command = compile_command(source, tmp, find_compiler())
+    key = target.parent.name
+    if target.is_file() and not force:
+        meta = json.loads((target.parent / "entry.json").read_text()) if (target.parent / "entry.json").is_file() else {}
+        return HelpersBuild(target, key, False, time.perf_counter() - start, meta.get("command", []))
+    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    command = compile_command(source, tmp, find_compiler())
+    try:
         proc = subprocess.run(command, capture_output=True, text=True)
         if proc.returncode != 0:
-            tmp.unlink(missing_ok=True)
             log = target.parent / "build.log"
             log.write_text(f"$ {shlex.join(command)}\n{proc.stdout}{proc.stderr}")
             first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:200])
-            raise HelpersBuildError(f"compiling {source.name} failed: {first}", f"full log: {log}")
+            raise HelpersBuildError(f"compiling {source.name} failed: {first or f'exit status {proc.returncode}'}", f"full log: {log}")
         os.replace(tmp, target)
-        entry = {"command": command, **abi(), "python": sys.version.split()[0], "built_at": time.time()}
-        (target.parent / "entry.json").write_text(json.dumps(entry, indent=2) + "\n")
+    finally:
+        tmp.unlink(missing_ok=True)  # a failed or interrupted compile leaves no partial module
+    entry = {"command": command, **abi(), "python": sys.version.split()[0], "built_at": time.time()}
+    (target.parent / "entry.json").write_text(json.dumps(entry, indent=2) + "\n")
     return HelpersBuild(target, key, True, time.perf_counter() - start, command)
 
 
