@@ -151,6 +151,36 @@ def test_nonexistent_cuda_home_is_an_error_without_traceback(tmp_path):
         assert word in text.stdout
 
 
+def test_cuda_home_that_is_a_file_is_an_error_that_says_so(tmp_path):
+    afile = tmp_path / "cuda"
+    afile.write_text("")
+    done, data = doctor_json(CUDA_HOME=str(afile))
+    (finding,) = [f for f in data["findings"] if f["code"] == "cuda-home-not-found"]
+    assert finding["severity"] == "error" and "is not a directory" in finding["message"]
+    assert done.returncode == 1
+
+
+def test_broken_nvcc_on_path_is_one_error(tmp_path):
+    """A broken nvcc first on PATH, CUDA_HOME unset: the root is guessed from that nvcc, reported once."""
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text("#!/bin/sh\necho 'segmentation fault' >&2\nexit 139\n")
+    nvcc.chmod(0o755)
+    done, data = doctor_json(PATH=f"{nvcc.parent}{os.pathsep}{os.environ['PATH']}")
+    broken = [f for f in data["findings"] if f["code"] == "nvcc-broken"]
+    assert len(broken) == 1 and broken[0]["severity"] == "error" and str(nvcc) in broken[0]["message"]
+    assert done.returncode == 1
+
+
+@needs_nvcc
+def test_host_compiler_that_is_not_an_executable_is_reported(tmp_path):
+    not_a_compiler = tmp_path / "gcc"
+    not_a_compiler.write_text("")
+    _, data = doctor_json(CUDA_HOME=TOOLKIT, CC=str(not_a_compiler))
+    assert data["machine"]["compilers"]["nvcc_host"]["path"] is None
+    assert "host-compiler-not-found" in codes(data, "warning")
+
+
 @pytest.mark.skipif(not (Path(APEX_SRC) / "apex" / "__init__.py").exists(),
                     reason="apex sources absent (set GPTFORGE_APEX_SRC)")
 def test_python_only_apex_is_an_error():

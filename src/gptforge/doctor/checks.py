@@ -66,9 +66,8 @@ def check_torch(machine: dict) -> list[Finding]:
     return []
 
 
-def _nvcc_fix(machine: dict) -> str:
-    return "install the CUDA toolkit whose major.minor matches torch's CUDA (the locked environment carries it) " \
-           "and point CUDA_HOME at it"
+_NVCC_FIX = ("install the CUDA toolkit whose major.minor matches torch's CUDA (the locked environment carries it) "
+             "and point CUDA_HOME at it")
 
 
 def check_nvcc(machine: dict) -> list[Finding]:
@@ -77,9 +76,13 @@ def check_nvcc(machine: dict) -> list[Finding]:
         severity = W if _torch_has_cuda(machine) else I
         return [Finding("nvcc-missing", severity,
                         "no nvcc under CUDA_HOME/CUDA_PATH or on PATH: CUDA extensions (apex, DeepSpeed ops, "
-                        "TransformerEngine) cannot be built", _nvcc_fix(machine))]
-    for where, entry in (("CUDA_HOME", nvcc["cuda_home"]), ("PATH", nvcc["path"])):
+                        "TransformerEngine) cannot be built", _NVCC_FIX)]
+    reported = set()
+    for where, entry in (("the CUDA root", nvcc["cuda_home"]), ("PATH", nvcc["path"])):
         if entry and entry["error"] and os.path.exists(entry["path"]):
+            if os.path.realpath(entry["path"]) in reported:  # the CUDA root guessed from that same nvcc
+                continue
+            reported.add(os.path.realpath(entry["path"]))
             findings.append(Finding("nvcc-broken", E, f"nvcc from {where} ({entry['path']}) does not run: {entry['error']}",
                                     "reinstall the CUDA toolkit; check that the file is an executable for this machine"))
     if nvcc["agree"] is False:
@@ -121,7 +124,8 @@ def check_cuda_home(machine: dict) -> list[Finding]:
     if home["path"] is None:
         return []
     if not home["exists"]:
-        return [Finding("cuda-home-not-found", E, f"{home['source']}={home['path']} does not exist",
+        what = "is not a directory" if os.path.exists(home["path"]) else "does not exist"
+        return [Finding("cuda-home-not-found", E, f"{home['source']}={home['path']} {what}",
                         f"unset {home['source']} or point it at a CUDA toolkit (the directory holding bin/nvcc)")]
     if home["source"] in ("CUDA_HOME", "CUDA_PATH") and nvcc["cuda_home"] and nvcc["cuda_home"]["error"] \
             and not os.path.exists(nvcc["cuda_home"]["path"]):

@@ -24,7 +24,7 @@ def probe_compiler(command: str, source: str, env: dict | None = None) -> dict:
     head = command.split()[0] if command.strip() else command
     path = head if os.path.sep in head else shutil.which(head, path=env.get("PATH", ""))
     info = {"command": command, "source": source, "path": path, "kind": None, "version": None}
-    if path is None or not os.path.exists(path):
+    if path is None or not os.path.isfile(path) or not os.access(path, os.X_OK):
         info["path"] = None
         return info
     banner = _run([path, "--version"]) or ""

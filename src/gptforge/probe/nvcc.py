@@ -84,7 +84,11 @@ def probe_nvcc(env: dict | None = None) -> dict:
     home, _source = cuda_home_setting(env)
     from_home = probe_nvcc_at(os.path.join(home, "bin", "nvcc")) if home else None
     on_path = shutil.which("nvcc", path=env.get("PATH", ""))
-    from_path = probe_nvcc_at(on_path) if on_path else None
+    from_path = None
+    if on_path and from_home and os.path.realpath(on_path) == from_home["real_path"]:
+        from_path = {**from_home, "path": on_path}  # the same file: do not run it twice
+    elif on_path:
+        from_path = probe_nvcc_at(on_path)
     versions = {p["version"] for p in (from_home, from_path) if p and p["version"]}
     both = bool(from_home and from_home["version"] and from_path and from_path["version"])
     return {
