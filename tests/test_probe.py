@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from gptforge.probe.compilers import probe_compiler
 from gptforge.probe.cuda_home import probe_cuda_home
-from gptforge.probe.cudart import format_runtime_version, mapped_libcudart, runtime_version
+from gptforge.probe.cudart import format_runtime_version, runtime_version
 from gptforge.probe.nvcc import cuda_home_setting, parse_nvcc_release, probe_nvcc, probe_nvcc_at
 from gptforge.probe.nvml import probe_nvml
 from gptforge.probe.torch_info import format_cudnn_version

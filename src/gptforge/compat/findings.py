@@ -15,6 +15,9 @@ class Severity(str, Enum):
     INFO = "info"
 
 
+_RANK = {severity: rank for rank, severity in enumerate(Severity)}
+
+
 @dataclass(frozen=True)
 class Finding:
     code: str
@@ -26,6 +29,11 @@ class Finding:
         data = asdict(self)
         data["severity"] = self.severity.value
         return data
+
+    @property
+    def rank(self) -> int:
+        """0 for an error, 1 for a warning, 2 for info: sort by it to list errors first."""
+        return _RANK[self.severity]
 
 
 def is_ok(findings: list[Finding], strict: bool = False) -> bool:

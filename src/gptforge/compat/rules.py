@@ -431,8 +431,6 @@ RULES: tuple[Callable[[Context, bool], Iterator[Finding]], ...] = (
     rule_torch_cpu_build,
 )
 
-_SEVERITY_ORDER = {E: 0, W: 1, INFO: 2}
-
 
 def run_rules(combo: Combination, *, suggest: bool = True) -> list[Finding]:
     ctx = build_context(combo, facts())
@@ -440,7 +438,7 @@ def run_rules(combo: Combination, *, suggest: bool = True) -> list[Finding]:
     for rule in RULES:
         found.extend(rule(ctx, suggest))
     unique = {(f.code, f.severity, f.message, f.fix): f for f in found}
-    return sorted(unique.values(), key=lambda f: (_SEVERITY_ORDER[f.severity], f.code, f.message))
+    return sorted(unique.values(), key=lambda f: (f.rank, f.code, f.message))
 
 
 def check(combo: Combination) -> list[Finding]:

@@ -7,12 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gptforge.compat import check
-from gptforge.compat.findings import Finding, Severity, is_ok, report_json
+from gptforge.compat.findings import Finding, is_ok, report_json
 from gptforge.doctor.checks import live_findings
 from gptforge.doctor.combination import combination_from_machine
 from gptforge.probe import probe_machine
-
-_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 
 @dataclass
@@ -42,7 +40,7 @@ def merge(*groups: list[Finding]) -> list[Finding]:
         if (finding.code, finding.message) not in seen:
             seen.add((finding.code, finding.message))
             merged.append(finding)
-    return sorted(merged, key=lambda f: _ORDER[f.severity])
+    return sorted(merged, key=lambda f: f.rank)
 
 
 def fp8_usable(machine: dict, rules: list[Finding]) -> bool | None:

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 from gptforge.compat.combination import Combination
-
-
-def _cc(text: str) -> tuple[int, int]:
-    major, minor = text.split(".")
-    return int(major), int(minor)
+from gptforge.compat.versions import parse_cc
 
 
 def combination_from_machine(machine: dict) -> Combination:
@@ -16,7 +12,7 @@ def combination_from_machine(machine: dict) -> Combination:
         host = machine["compilers"]["cxx"]
     return Combination(
         driver=machine["driver"]["driver_version"],
-        ccs=tuple(_cc(gpu["compute_capability"]) for gpu in machine["driver"]["gpus"]),
+        ccs=tuple(parse_cc(gpu["compute_capability"]) for gpu in machine["driver"]["gpus"]),
         cuda=machine["nvcc"]["version"],
         torch=torch["version"],
         torch_cuda=torch["cuda"],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gptforge.probe.cudart import format_runtime_version
+
 
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -47,8 +49,7 @@ def probe_nvml() -> dict:
         return info
     try:
         info["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
-        encoded = pynvml.nvmlSystemGetCudaDriverVersion()
-        info["cuda_version"] = f"{encoded // 1000}.{(encoded % 1000) // 10}"
+        info["cuda_version"] = format_runtime_version(pynvml.nvmlSystemGetCudaDriverVersion())
         info["gpus"] = [_gpu(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
         info["status"] = "ok"
     except pynvml.NVMLError as err:

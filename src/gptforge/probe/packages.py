@@ -47,13 +47,13 @@ def probe_deepspeed() -> dict:
     return {"installed": installed, "version": version}
 
 
-def probe_transformer_engine(import_it: bool = True) -> dict:
+def probe_transformer_engine() -> dict:
     packages = {name: v for name in TE_DISTRIBUTIONS if (v := _version(name)) is not None}
     installed = bool(packages) or importlib.util.find_spec("transformer_engine") is not None
     info = {"installed": installed, "version": packages.get("transformer_engine") or next(iter(packages.values()), None),
             "packages": packages, "import_ok": None, "import_error": None,
             "fp8_usable": None}  # judged by the doctor from the GPUs present
-    if installed and import_it:
+    if installed:
         info["import_error"] = _try_import("transformer_engine.pytorch")
         info["import_ok"] = info["import_error"] is None
     return info

@@ -8,14 +8,12 @@ from __future__ import annotations
 import importlib.util
 import warnings
 
+from gptforge.compat.versions import parse_cudnn
+
 
 def format_cudnn_version(encoded: int | None) -> str | None:
     """torch.backends.cudnn.version(): 91701 -> "9.17.1" (cuDNN 9+), 8902 -> "8.9.2" (cuDNN 8)."""
-    if not encoded:
-        return None
-    if encoded >= 90000:
-        return f"{encoded // 10000}.{(encoded % 10000) // 100}.{encoded % 100}"
-    return f"{encoded // 1000}.{(encoded % 1000) // 100}.{encoded % 100}"
+    return str(parse_cudnn(str(encoded))) if encoded else None
 
 
 def _nccl_version(torch) -> str | None:
