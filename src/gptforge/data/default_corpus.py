@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from gptforge.errors import GptforgeError
+from gptforge.errors import GptforgeError, UsageError
 
 CORPUS_NAME = "stdlib_docs"
 CORPUS_FORMAT = 2  # bump when the assembly below or the saved files change
@@ -146,7 +146,10 @@ def prepare_default(out_dir: Path, *, vocab_size: int = 8192, seq_hint: int | No
     from gptforge.data.prepare import prepare
 
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError("--default-corpus", f"cannot create {out_dir}: {err.strerror or err}", "give a directory you can write to") from None
     expected = _expected_manifest(vocab_size)
     with FileLock(str(out_dir / ".prepare.lock")):
         paths = _cached(out_dir, expected)

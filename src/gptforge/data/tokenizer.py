@@ -14,6 +14,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import tomllib
 from pathlib import Path
 from typing import Iterable
@@ -42,7 +43,8 @@ class Tokenizer:
     def __init__(self, vocab_file: str | os.PathLike, merge_file: str | os.PathLike, name: str, backend: str = "auto"):
         for path, flag in ((vocab_file, "--vocab-file"), (merge_file, "--merge-file")):
             if not Path(path).is_file():
-                raise UsageError(flag, f"{path} not found", "give the path of an existing file")
+                what = "is not a file" if Path(path).exists() else "not found"
+                raise UsageError(flag, f"{path} {what}", "give the path of an existing file")
         self.name, self.backend = name, backend
         self.vocab_file, self.merge_file = Path(vocab_file), Path(merge_file)
         vocab = _read_vocab(self.vocab_file)
@@ -203,9 +205,27 @@ def train_bytelevel(texts: Iterable[str], out_dir: str | os.PathLike, *, vocab_s
     out_dir = Path(out_dir)
     tok = ByteLevelBPETokenizer()
     tok.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, special_tokens=[EOD_TOKEN], show_progress=False)
+    try:
+        _save_trained(tok, out_dir)
+    except OSError as err:
+        raise TokenizerError(f"cannot save the tokenizer in {out_dir}: {err.strerror or err}", "check --tokenizer-dir / --output-prefix") from None
+    return Tokenizer(out_dir / VOCAB_NAME, out_dir / MERGES_NAME, "bytelevel")
+
+
+def _save_trained(tok, out_dir: Path) -> None:
+    """Write the trained files in a temporary directory inside ``out_dir``, then rename them into it."""
     out_dir.mkdir(parents=True, exist_ok=True)  # only now: a failed training leaves nothing behind
     tmp = out_dir / f".train-{os.getpid()}"
     tmp.mkdir(exist_ok=True)
+    try:
+        _write_trained(tok, tmp)
+        for name in TRAINED_FILES:
+            os.replace(tmp / name, out_dir / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write_trained(tok, tmp: Path) -> None:
     tok.save_model(str(tmp))
     meta = {"kind": "bytelevel", "vocab_size": tok.get_vocab_size(), "eod": EOD_TOKEN}
     (tmp / "tokenizer_meta.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -213,10 +233,6 @@ def train_bytelevel(texts: Iterable[str], out_dir: str | os.PathLike, *, vocab_s
     hf_config = {"tokenizer_class": "GPT2Tokenizer", "bos_token": EOD_TOKEN, "eos_token": EOD_TOKEN,
                  "unk_token": EOD_TOKEN, "add_prefix_space": False, "model_max_length": 10**9}
     (tmp / "tokenizer_config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
-    for name in TRAINED_FILES:
-        os.replace(tmp / name, out_dir / name)
-    tmp.rmdir()
-    return Tokenizer(out_dir / VOCAB_NAME, out_dir / MERGES_NAME, "bytelevel")
 
 
 def remove_trained(out_dir: str | os.PathLike) -> None:
