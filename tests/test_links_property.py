@@ -151,7 +151,9 @@ def check_invariants(spec: dict, prefix: str, before: dict, result) -> None:
         ok = resolved == f"{stem}.so.{'.'.join(map(str, want))}"
         soname_link = os.path.join(prefix, "lib", f"{stem}.so.{want[0]}")
         ok = ok and os.path.realpath(soname_link) == os.path.realpath(link)
-        assert ok or mentioned, f"{stem}: resolves to {resolved}, wanted {want}, and no finding explains it"
+        # the one reason a usable file is not reached: one of its names is a regular file (never replaced)
+        blocked = any(f.code == "links-name-blocked" and f.message.startswith(stem + ":") for f in result.findings)
+        assert ok or blocked, f"{stem}: resolves to {resolved}, wanted {want}, and no finding explains it"
     if spec["headers"] and spec["include"] != "dir-with-conflict":
         assert os.path.isfile(os.path.join(prefix, "include", "cuda_runtime.h"))
         assert os.path.isfile(os.path.join(prefix, "include", "crt", "host_config.h"))

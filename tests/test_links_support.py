@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import atexit
 import glob
 import hashlib
 import os
@@ -15,6 +16,7 @@ import tempfile
 import pytest
 
 _LIB_CACHE = tempfile.mkdtemp(prefix="gptforge-links-libs-")
+atexit.register(shutil.rmtree, _LIB_CACHE, ignore_errors=True)
 _SOURCE = "int cudaRuntimeGetVersion(int *v) {{ *v = {number}; return 0; }}\n"
 
 

@@ -1,29 +1,12 @@
 """``python -m gptforge.links``: the same command as ``gptforge fix-links``, for activation scripts.
 
-It imports only what fix-links needs (not every gptforge command), so the no-op check on
-environment activation stays fast. Same flags, output and exit codes.
+The CLI loads only the invoked command's module, so this start-up stays as light as fix-links
+needs for the no-op check on environment activation. Same flags, output and exit codes.
 """
 
-import argparse
 import sys
 
-from gptforge.cli import OneLineParser
-from gptforge.cli.links import DESCRIPTION, add_arguments, run
-from gptforge.errors import GptforgeError, UsageError
-
-
-def main(argv=None) -> int:
-    parser = OneLineParser(prog="python -m gptforge.links", description=DESCRIPTION,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except GptforgeError as err:
-        kind = "usage error" if isinstance(err, UsageError) else "error"
-        sys.stderr.write(f"gptforge fix-links: {kind}: {err.one_line()}\n")
-        return err.exit_code
-
+from gptforge.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["fix-links", *sys.argv[1:]]))

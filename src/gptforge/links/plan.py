@@ -46,8 +46,7 @@ class Plan:
 
 
 def make_plan(layout: Layout, cuda: Version) -> Plan:
-    plan = Plan(layout, cuda)
-    _stale_temps(plan)
+    plan = Plan(layout, cuda, steps=stale_temp_steps(layout))
     _lib64(plan)
     _libraries(plan)
     _headers(plan)
@@ -59,15 +58,17 @@ def link_text(path: str, real: str) -> str:
     return os.path.relpath(real, os.path.dirname(path))
 
 
-def _stale_temps(plan: Plan) -> None:
-    layout = plan.layout
-    for directory in (layout.prefix, layout.lib, layout.target_lib, layout.include):
+def stale_temp_steps(layout: Layout) -> list[Step]:
+    """Remove the temporary links an interrupted run (fix or undo) left behind."""
+    steps = []
+    for directory in dict.fromkeys((layout.prefix, layout.lib, layout.target_lib, layout.include)):
         if not os.path.isdir(directory) or os.path.islink(directory):
             continue
-        for name in os.listdir(directory):
+        for name in sorted(os.listdir(directory)):
             path = os.path.join(directory, name)
             if name.startswith(TMP_MARK) and os.path.islink(path):
-                plan.steps.append(Step("remove-tmp", path, None, scan.entry(path), "left by an interrupted run"))
+                steps.append(Step("remove-tmp", path, None, scan.entry(path), "left by an interrupted run"))
+    return steps
 
 
 def _lib64(plan: Plan) -> None:

@@ -7,21 +7,15 @@ import os
 from gptforge.compat.findings import Finding, Severity
 from gptforge.links import scan
 from gptforge.links.apply import problems_before_change, remove_link, replace_link
-from gptforge.links.layout import TMP_MARK, Layout
-from gptforge.links.plan import Step
+from gptforge.links.layout import Layout
+from gptforge.links.plan import Step, stale_temp_steps
 from gptforge.links.record import UndoRecord
 
 
 def undo_steps(layout: Layout, record: UndoRecord) -> tuple[list[Step], list[Finding]]:
     """The changes that restore the recorded states (most recent first), and what blocks any."""
-    steps: list[Step] = []
+    steps = stale_temp_steps(layout)
     findings: list[Finding] = []
-    for directory in {layout.prefix, layout.lib, layout.target_lib, layout.include}:
-        if os.path.isdir(directory) and not os.path.islink(directory):
-            for name in sorted(os.listdir(directory)):
-                path = os.path.join(directory, name)
-                if name.startswith(TMP_MARK) and os.path.islink(path):
-                    steps.append(Step("remove-tmp", path, None, scan.entry(path), "left by an interrupted run"))
     for item in reversed(record.entries):
         path = os.path.join(layout.prefix, item["path"])
         before, now = item["before"], scan.entry(path)
