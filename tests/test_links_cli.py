@@ -242,3 +242,13 @@ def test_cudnn_rule_newest_per_major(tmp_path):
     assert real("libcudnn.so") == "libcudnn.so.9.10.2.21"
     assert real("libcudnn.so.9") == "libcudnn.so.9.10.2.21"
     assert real("libcudnn.so.8") == "libcudnn.so.8.9.7.29"
+
+
+@pytest.mark.parametrize("name", ["my env", "ünï cødé 🎉"])
+def test_prefix_path_with_spaces_and_unicode_is_verified(tmp_path, name):
+    prefix = str(tmp_path / name)
+    install_library(prefix, "libcudart", (12, 8, 90))
+    out = _run("fix-links", "--prefix", prefix, "--cuda", "12.8", "--json")
+    report = json.loads(out.stdout)
+    assert out.returncode == 0, report["findings"]
+    assert {v["path"]: v["runtime_version"] for v in report["verified"]} == {"lib/libcudart.so": 12080, "lib/libcudart.so.12": 12080}

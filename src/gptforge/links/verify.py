@@ -6,6 +6,7 @@ state: a library already loaded in this process (by torch, say) cannot answer in
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,16 +14,17 @@ from dataclasses import dataclass
 
 from gptforge.links.families import Version
 
+# One JSON line per path ([index, status, value]): paths may hold spaces or any other character.
 _PROBE = """
-import ctypes, sys
-for path in sys.argv[1:]:
+import ctypes, json, sys
+for i, path in enumerate(sys.argv[1:]):
     v = ctypes.c_int(-1)
     try:
         rc = ctypes.CDLL(path).cudaRuntimeGetVersion(ctypes.byref(v))
     except (OSError, AttributeError) as err:
-        print(path, "error", str(err).replace(chr(10), " "))
+        print(json.dumps([i, "error", str(err)]))
         continue
-    print(path, rc, v.value)
+    print(json.dumps([i, rc, v.value]))
 """
 
 
@@ -42,15 +44,15 @@ def load_versions(paths: list[str]) -> list[Loaded]:
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     out = subprocess.run([sys.executable, "-I", "-S", "-c", _PROBE, *paths],
                          capture_output=True, text=True, timeout=60, env=env)
-    by_path = {}
+    by_index = {}
     for line in out.stdout.splitlines():
-        path, rest = line.split(" ", 1)
-        status, _, value = rest.partition(" ")
+        i, status, value = json.loads(line)
+        path = paths[i]
         if status == "error":
-            by_path[path] = Loaded(path, None, value)
-        elif status == "0":
-            by_path[path] = Loaded(path, int(value))
+            by_index[i] = Loaded(path, None, value.replace("\n", " "))
+        elif status == 0:
+            by_index[i] = Loaded(path, value)
         else:
-            by_path[path] = Loaded(path, None, f"cudaRuntimeGetVersion returned error {status}")
+            by_index[i] = Loaded(path, None, f"cudaRuntimeGetVersion returned error {status}")
     missing = out.stderr.strip().splitlines()[-1:] or ["the probe process printed nothing"]
-    return [by_path.get(p, Loaded(p, None, missing[0])) for p in paths]
+    return [by_index.get(i, Loaded(p, None, missing[0])) for i, p in enumerate(paths)]
