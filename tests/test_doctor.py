@@ -246,6 +246,16 @@ def test_rule_cpu_torch_on_a_gpu_machine_is_left_to_the_engine(machine):
     assert "torch-cpu-build" in {f.code for f in rule_findings(m)}
 
 
+def test_rule_unreadable_cuda_home_is_an_error(machine):
+    m = copy.deepcopy(machine)
+    m["cuda_home"].update(path="/opt/cuda", source="CUDA_HOME", exists=True, readable=False, lib=False, lib64=None,
+                          cuda_runtime_h=None, headers_only_in_targets=False, libcudart=None)
+    m["nvcc"]["cuda_home"] = {"path": "/opt/cuda/bin/nvcc", "real_path": None, "version": None, "toolkit_root": None,
+                              "host_compiler": None, "error": "/opt/cuda/bin/nvcc does not exist or is not executable"}
+    found = [f for f in live_findings(m) if f.code.startswith("cuda-home")]
+    assert [(f.code, f.severity) for f in found] == [("cuda-home-unreadable", Severity.ERROR)]
+
+
 def test_rule_nvcc_disagreement(machine):
     m = copy.deepcopy(machine)
     entry = {"path": "/opt/cuda-12.4/bin/nvcc", "real_path": "/opt/cuda-12.4/bin/nvcc", "version": "12.4",

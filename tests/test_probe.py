@@ -158,6 +158,19 @@ def test_nonexistent_cuda_home_is_data(tmp_path):
     assert info["exists"] is False and info["path"] == str(tmp_path / "nope")
 
 
+def test_unreadable_cuda_home_is_data(tmp_path):
+    root = tmp_path / "cuda"
+    (root / "bin").mkdir(parents=True)
+    root.chmod(0)
+    try:
+        if os.access(root, os.R_OK | os.X_OK):
+            pytest.skip("this user reads any directory (root)")
+        info = probe_cuda_home({"CUDA_HOME": str(root)})
+        assert info["exists"] is True and info["readable"] is False
+    finally:
+        root.chmod(0o755)
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc on PATH")
 def test_gcc_version_matches_dumpfullversion():
     info = probe_compiler("gcc", "PATH")

@@ -127,6 +127,10 @@ def check_cuda_home(machine: dict) -> list[Finding]:
         what = "is not a directory" if os.path.exists(home["path"]) else "does not exist"
         return [Finding("cuda-home-not-found", E, f"{home['source']}={home['path']} {what}",
                         f"unset {home['source']} or point it at a CUDA toolkit (the directory holding bin/nvcc)")]
+    if not home["readable"]:
+        return [Finding("cuda-home-unreadable", E,
+                        f"{home['source']}={home['path']} cannot be read by this user: builds find no nvcc, headers or "
+                        "libraries in it", f"make it readable (chmod a+rx) or point {home['source']} at a readable toolkit")]
     if home["source"] in ("CUDA_HOME", "CUDA_PATH") and nvcc["cuda_home"] and nvcc["cuda_home"]["error"] \
             and not os.path.exists(nvcc["cuda_home"]["path"]):
         findings = [Finding("cuda-home-no-nvcc", E, f"{home['source']}={home['path']} has no bin/nvcc",

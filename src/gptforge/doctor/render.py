@@ -40,7 +40,9 @@ def _cuda_home_text(home: dict) -> str:
     if home["path"] is None:
         return "none (CUDA_HOME, CUDA_PATH unset and no nvcc on PATH)"
     if not home["exists"]:
-        return f"{home['path']} (from {home['source']}): does not exist"
+        return f"{home['path']} (from {home['source']}): not an existing directory"
+    if not home["readable"]:
+        return f"{home['path']} (from {home['source']}): not readable by this user"
     header = home["cuda_runtime_h"] or "missing"
     return f"{home['path']} (from {home['source']}); lib64: {home['lib64'] or 'missing'}; cuda_runtime.h: {header}"
 

@@ -33,12 +33,13 @@ def probe_cuda_home(env: dict | None = None) -> dict:
     env = dict(os.environ if env is None else env)
     path, source = cuda_home_setting(env)
     info = {
-        "path": path, "source": source, "exists": False, "lib64": None, "lib": False,
+        "path": path, "source": source, "exists": False, "readable": False, "lib64": None, "lib": False,
         "cuda_runtime_h": None, "headers_only_in_targets": False, "libcudart": None,
     }
     if path is None or not os.path.isdir(path):
         return info
     info["exists"] = True
+    info["readable"] = os.access(path, os.R_OK | os.X_OK)
     info["lib64"] = _kind(os.path.join(path, "lib64"))
     info["lib"] = os.path.isdir(os.path.join(path, "lib"))
     top = os.path.join(path, "include", "cuda_runtime.h")
