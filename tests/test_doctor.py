@@ -151,6 +151,12 @@ def test_nonexistent_cuda_home_is_an_error_without_traceback(tmp_path):
         assert word in text.stdout
 
 
+def test_paths_are_printed_as_they_are_not_as_rich_markup(tmp_path):
+    odd = str(tmp_path / "cuda[/][bold]x")
+    text = doctor(CUDA_HOME=odd)
+    assert text.returncode == 1 and text.stdout.count(odd) >= 2  # the nvcc and CUDA root rows of the machine table
+
+
 def test_cuda_home_that_is_a_file_is_an_error_that_says_so(tmp_path):
     afile = tmp_path / "cuda"
     afile.write_text("")

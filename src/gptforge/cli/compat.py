@@ -140,14 +140,11 @@ def combination_from_args(args):
     )
 
 
-_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
-
-
 def run_check(args) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     from gptforge.compat import check, is_ok, report_json
+    from gptforge.compat.findings_table import findings_table
 
     findings = check(combination_from_args(args))
     if args.json:
@@ -157,13 +154,7 @@ def run_check(args) -> int:
     if not findings:
         console.print("[green]ok[/green]: no problem found in this combination")
         return 0
-    table = Table(title="gptforge compat check", show_lines=True)
-    for column in ("severity", "code", "problem", "fix"):
-        table.add_column(column, overflow="fold")
-    for finding in findings:
-        severity = finding.severity.value
-        table.add_row(f"[{_STYLE[severity]}]{severity}[/]", finding.code, finding.message, finding.fix)
-    console.print(table)
+    console.print(findings_table(findings, "gptforge compat check"))
     errors = sum(1 for f in findings if f.severity.value == "error")
     console.print("[green]ok[/green]" if is_ok(findings) else f"[bold red]{errors} error(s)[/]")
     return 0 if is_ok(findings) else 1
@@ -172,6 +163,7 @@ def run_check(args) -> int:
 def run_recommend(args) -> int:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from gptforge.compat import recommend
 
@@ -186,7 +178,7 @@ def run_recommend(args) -> int:
     for verdict in result.verdicts:
         env = verdict.environment
         mark = "[green]yes[/]" if verdict.fits else "[red]no[/]"
-        table.add_row(env.name, env.cuda or "-", mark, "\n".join(verdict.reasons) or "no problem found")
+        table.add_row(env.name, env.cuda or "-", mark, Text("\n".join(verdict.reasons) or "no problem found"))
     console.print(table)
     if result.ok:
         console.print(f"use [bold]{result.chosen.name}[/]: pixi run -e {result.chosen.name} setup")

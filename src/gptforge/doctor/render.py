@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gptforge.compat.findings import Severity
+from gptforge.compat.findings_table import findings_table
 
-_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 _ABSENT = "-"
 
 
@@ -106,14 +107,9 @@ def render(report, strict: bool = False, console: Console | None = None) -> None
     machine.add_column(style="bold")
     machine.add_column(overflow="fold")
     for name, value in machine_rows(report.machine):
-        machine.add_row(name, value)
+        machine.add_row(name, Text(value))  # paths and versions as read: '[' is not rich markup here
     console.print(machine)
-    findings = Table(title="findings", title_justify="left")
-    for column in ("severity", "code", "problem", "fix"):
-        findings.add_column(column, overflow="fold")
-    for f in report.findings:
-        findings.add_row(f"[{_STYLE[f.severity]}]{f.severity.value}[/]", f.code, f.message, f.fix or _ABSENT)
-    console.print(findings if report.findings else "findings: none")
+    console.print(findings_table(report.findings, "findings") if report.findings else "findings: none")
     counts = {s: sum(f.severity == s for f in report.findings) for s in Severity}
     verdict = "ok" if report.ok(strict) else "NOT ok"
     console.print(f"{verdict}{' (strict)' if strict else ''}: {counts[Severity.ERROR]} errors, "
