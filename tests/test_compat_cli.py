@@ -28,12 +28,15 @@ def test_acceptance_h100_cuda_12_4_gcc_13_is_ok(cli):
     result = cli("compat", "check", "--driver", "550.54.14", "--cc", "9.0", "--cuda", "12.4", "--gcc", "13")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ok" in result.stdout
+    _, report = check_json(cli, "--driver", "550.54.14", "--cc", "9.0", "--cuda", "12.4", "--gcc", "13")
+    assert report["ok"] is True and not [f for f in report["findings"] if f["severity"] == "error"]
 
 
 def test_acceptance_volta_on_cuda_13(cli):
     result, report = check_json(cli, "--cc", "7.0", "--cuda", "13.0")
     assert result.returncode == 1
     assert "gpu-arch-unsupported" in {f["code"] for f in report["findings"]}
+    assert {f["severity"] for f in report["findings"] if f["code"] == "gpu-arch-unsupported"} == {"error"}
 
 
 def test_acceptance_gcc_14_on_cuda_12_6(cli):
