@@ -21,10 +21,6 @@ from gptforge.compat.versions import CudaVersion, DriverVersion, format_cc, pars
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
-def _cc(cc: CC) -> str:
-    return format_cc(cc)
-
-
 def _at_least(version: Version, minimum: Version) -> bool:
     """Compare only the components the user gave: gcc '11' satisfies a minimum of 11.3."""
     given = len(version.release)
@@ -101,7 +97,7 @@ def rule_gpu_newer_than_driver(ctx: Context, suggest: bool) -> Iterator[Finding]
         needed = ctx.facts.toolkit_driver(first) if first else None
         if needed and ctx.driver < needed:
             yield Finding("gpu-newer-than-driver", E,
-                          f"a CC {_cc(cc)} GPU needs a driver from CUDA {first}'s generation (>= {needed}); "
+                          f"a CC {format_cc(cc)} GPU needs a driver from CUDA {first}'s generation (>= {needed}); "
                           f"driver {ctx.driver} predates it",
                           f"upgrade the NVIDIA driver to >= {needed}")
 
@@ -123,7 +119,7 @@ def rule_nvcc_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
             able = _cudas_targeting(ctx, cc)
             span = f"CUDA {able[0]} to {able[-1]}" if able else "no CUDA in gptforge's tables"
             yield Finding("gpu-arch-unsupported", E,
-                          f"nvcc {ctx.nvcc} cannot generate code for CC {_cc(cc)} (sm_{cc[0]}{cc[1]}); "
+                          f"nvcc {ctx.nvcc} cannot generate code for CC {format_cc(cc)} (sm_{cc[0]}{cc[1]}); "
                           f"{span} can",
                           _join(_env_hint(ctx, suggest), f"use a CUDA toolkit from {span}"))
 
@@ -141,7 +137,7 @@ def rule_torch_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
                           "expect a slow first start; a torch build with this arch avoids it")
             continue
         yield Finding("gpu-arch-not-in-torch", E,
-                      f"this torch build has no kernels for CC {_cc(cc)} (it has {listed}): "
+                      f"this torch build has no kernels for CC {format_cc(cc)} (it has {listed}): "
                       "'no kernel image is available for execution on the device'",
                       _join(_env_hint(ctx, suggest), "install a torch build whose arch list includes "
                             f"sm_{cc[0]}{cc[1]}"))
@@ -163,7 +159,7 @@ def rule_arch_list_env(ctx: Context, suggest: bool) -> Iterator[Finding]:
         if not any(runs_on(a, cc) for a in sass) and not any(ptx_runs_on(a, cc) for a in ptx):
             yield Finding("arch-list-misses-gpu", E,
                           f"TORCH_CUDA_ARCH_LIST={ctx.combo.torch_cuda_arch_list_env} builds nothing that runs on "
-                          f"CC {_cc(cc)}", _arch_list_fix(ctx, allow_suffix=True))
+                          f"CC {format_cc(cc)}", _arch_list_fix(ctx, allow_suffix=True))
 
 
 def _arch_list_fix(ctx: Context, *, allow_suffix: bool) -> str:
@@ -304,7 +300,8 @@ def _cudnn_vs_cuda(ctx: Context) -> Iterator[Finding]:
     for cc in ctx.ccs:
         if not row.cc_min <= cc <= row.cc_max:
             yield Finding("cudnn-arch-unsupported", E,
-                          f"cuDNN {ctx.cudnn} supports CC {_cc(row.cc_min)} to {_cc(row.cc_max)}, not {_cc(cc)}",
+                          f"cuDNN {ctx.cudnn} supports CC {format_cc(row.cc_min)} to {format_cc(row.cc_max)}, "
+                          f"not {format_cc(cc)}",
                           "use a cuDNN whose support matrix covers this GPU (9.10 still covers Maxwell to Volta)")
 
 
@@ -333,7 +330,7 @@ def _fp8_blocker(ctx: Context, cc: CC) -> str | None:
     spec = ctx.facts.extensions["transformer_engine"]["fp8"]
     cc_min = parse_cuda(spec["cc_min"])
     if cc < (cc_min.major, cc_min.minor):
-        return f"CC {_cc(cc)} has no FP8 tensor cores (needs {spec['cc_min']}+)"
+        return f"CC {format_cc(cc)} has no FP8 tensor cores (needs {spec['cc_min']}+)"
     ada = parse_cuda(spec["ada_cc"])
     cuda = ctx.torch_cuda  # FP8 runs through torch's CUDA runtime
     ada_min = parse_cuda(spec["ada_cuda_min"])
@@ -357,7 +354,7 @@ def rule_transformer_engine(ctx: Context, suggest: bool) -> Iterator[Finding]:
         return
     spec = ctx.facts.extensions["transformer_engine"]
     cc_min = parse_cuda(spec["cc_min"])
-    reasons = [f"CC {_cc(cc)} is below {spec['cc_min']}" for cc in ctx.ccs if cc < (cc_min.major, cc_min.minor)]
+    reasons = [f"CC {format_cc(cc)} is below {spec['cc_min']}" for cc in ctx.ccs if cc < (cc_min.major, cc_min.minor)]
     for who, cuda in ctx.cuda_versions():
         if cuda.release < parse_cuda(spec["cuda_min"]):
             reasons.append(f"{who} is below {spec['cuda_min']}")
