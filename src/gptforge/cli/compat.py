@@ -122,6 +122,7 @@ def register(subparsers, groups) -> None:
 
 def combination_from_args(args):
     from gptforge.compat import Combination, parse_cuda, parse_torch
+    from gptforge.compat.arches import arch_list_items
 
     if args.torch and args.torch_cuda:
         tagged = parse_torch(args.torch).cuda
@@ -130,7 +131,7 @@ def combination_from_args(args):
                              f"(a CUDA {tagged.release} build)", "drop --torch-cuda or make the two agree")
     if args.torch and parse_torch(args.torch).is_cpu and args.torch_cuda:
         raise UsageError("--torch-cuda", f"conflicts with --torch {args.torch} (a CPU build)", "drop one of them")
-    arch_list = args.torch_arch_list.replace(",", " ").replace(";", " ").split() if args.torch_arch_list else None
+    arch_list = arch_list_items(args.torch_arch_list) if args.torch_arch_list else None
     return Combination(
         driver=args.driver, ccs=tuple(args.ccs) if args.ccs else None, cuda=args.cuda, torch=args.torch,
         torch_cuda=args.torch_cuda, torch_arch_list=tuple(arch_list) if arch_list else None, python=args.python,

@@ -49,13 +49,16 @@ def parse_arch(text: str) -> Arch:
     return Arch(int(match.group(1)), int(match.group(2)), match.group(3))
 
 
+def arch_list_items(text: str) -> list[str]:
+    """The entries of an arch list: ';', ',' and spaces separate them ("8.0;9.0+PTX" -> ["8.0", "9.0+PTX"])."""
+    return [item for item in re.split(r"[;\s,]+", str(text).strip()) if item]
+
+
 def parse_arch_list(text: str) -> tuple[list[Arch], list[Arch]]:
     """A TORCH_CUDA_ARCH_LIST ("8.0;9.0+PTX", spaces also separate) -> (SASS arches, PTX arches)."""
     sass: list[Arch] = []
     ptx: list[Arch] = []
-    for item in re.split(r"[;\s,]+", str(text).strip()):
-        if not item:
-            continue
+    for item in arch_list_items(text):
         name, plus, rest = item.partition("+")
         if plus and rest.lower() != "ptx":
             raise VersionError(f"{item!r} in the arch list: only '+PTX' may follow an architecture")
