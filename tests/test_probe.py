@@ -65,6 +65,16 @@ def test_real_nvcc_version_and_toolkit_root():
     assert info["host_compiler"]  # nvcc --dryrun names the host compiler it runs
 
 
+def test_tools_printing_bytes_that_are_not_utf8_are_data(tmp_path):
+    nvcc, cc = tmp_path / "nvcc", tmp_path / "cc"
+    nvcc.write_text("#!/bin/sh\nprintf 'Cuda compilation tools, release 12.4, V12.4.131 \\377\\n'\n")
+    cc.write_text("#!/bin/sh\nprintf 'gcc (GCC) \\377\\n'\n")
+    nvcc.chmod(0o755)
+    cc.chmod(0o755)
+    assert probe_nvcc_at(str(nvcc))["version"] == "12.4"
+    assert probe_compiler(str(cc), "CC")["kind"] == "gcc"
+
+
 def test_missing_nvcc_is_data_not_an_exception(tmp_path):
     info = probe_nvcc_at(str(tmp_path / "bin" / "nvcc"))
     assert info["version"] is None and "does not exist" in info["error"]

@@ -5,17 +5,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 
-_CLANG = re.compile(r"clang version (\d+(?:\.\d+)*)")
+from gptforge.probe.command import run_tool
+
+_CLANG = re.compile(r"clang version (\d+(?:\.\d+)*)", re.ASCII)
 
 
 def _run(args: list[str]) -> str | None:
-    try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
+    code, out, _ = run_tool(args)
+    return out.strip() if code == 0 else None
 
 
 def probe_compiler(command: str, source: str, env: dict | None = None) -> dict:

@@ -30,7 +30,7 @@ def format_runtime_version(encoded: int | None) -> str | None:
 def mapped_libcudart(maps_path: str = "/proc/self/maps") -> list[str]:
     """Paths of every libcudart*.so* mapped into this process, in first-seen order."""
     try:
-        with open(maps_path) as maps:
+        with open(maps_path, errors="replace") as maps:  # a mapped file's path need not be UTF-8
             lines = maps.read().splitlines()
     except OSError:
         return []

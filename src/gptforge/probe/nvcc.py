@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 
-_RELEASE = re.compile(r"release (\d+)\.(\d+)")
-_TIMEOUT_S = 30
+from gptforge.probe.command import run_tool
+
+_RELEASE = re.compile(r"release (\d+)\.(\d+)", re.ASCII)
 
 
 def parse_nvcc_release(text: str) -> str | None:
@@ -18,11 +18,8 @@ def parse_nvcc_release(text: str) -> str | None:
 
 
 def _run(args: list[str]) -> tuple[int, str]:
-    try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return -1, str(err)
-    return done.returncode, done.stdout + done.stderr
+    code, out, err = run_tool(args)
+    return code, out + err
 
 
 def _dryrun(nvcc: str) -> tuple[str | None, str | None]:
