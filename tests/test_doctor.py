@@ -157,6 +157,18 @@ def test_paths_are_printed_as_they_are_not_as_rich_markup(tmp_path):
     assert text.returncode == 1 and text.stdout.count(odd) >= 2  # the nvcc and CUDA root rows of the machine table
 
 
+def test_transformer_engine_that_exits_on_import_is_an_error_not_an_exit(tmp_path):
+    """A package without metadata whose module calls sys.exit() on import (as a broken build script can)."""
+    package = tmp_path / "transformer_engine"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "pytorch.py").write_text("import sys\nsys.exit('built for another torch')\n")
+    done, data = doctor_json(PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p))
+    (finding,) = [f for f in data["findings"] if f["code"] == "te-import-failed"]
+    assert "SystemExit: built for another torch" in finding["message"] and "None" not in finding["message"]
+    assert done.returncode == 1
+
+
 def test_cuda_home_that_is_a_file_is_an_error_that_says_so(tmp_path):
     afile = tmp_path / "cuda"
     afile.write_text("")

@@ -205,7 +205,7 @@ def check_apex(machine: dict) -> list[Finding]:
 def check_deepspeed(machine: dict) -> list[Finding]:
     if machine["deepspeed"]["installed"] and not machine["nvcc"]["version"]:
         return [Finding("deepspeed-no-nvcc", W,
-                        f"DeepSpeed {machine['deepspeed']['version']} is installed but there is no nvcc: its ops "
+                        f"DeepSpeed {machine['deepspeed']['version'] or '(version unknown)'} is installed but there is no nvcc: its ops "
                         "(FusedAdam, cpu_adam) compile at first use and will fail",
                         "install the CUDA toolkit matching torch's CUDA and set CUDA_HOME, or prebuild the ops "
                         "(DS_BUILD_OPS=1)")]
@@ -216,7 +216,7 @@ def check_transformer_engine(machine: dict) -> list[Finding]:
     te = machine["transformer_engine"]
     if te["installed"] and te["import_ok"] is False:
         return [Finding("te-import-failed", E,
-                        f"TransformerEngine {te['version']} is installed but transformer_engine.pytorch does not "
+                        f"TransformerEngine {te['version'] or '(version unknown)'} is installed but transformer_engine.pytorch does not "
                         f"import: {te['import_error']}",
                         "reinstall with pip install --no-build-isolation 'transformer_engine[pytorch]==<same version>' "
                         "against the torch installed now")]

@@ -77,7 +77,8 @@ def _te_text(te: dict) -> str:
     if not te["installed"]:
         return "not installed"
     state = "imports" if te["import_ok"] else f"does not import ({te['import_error']})"
-    return f"{te['version']} ({', '.join(f'{k} {v}' for k, v in te['packages'].items())}); {state}"
+    packages = ", ".join(f"{name} {version}" for name, version in te["packages"].items())
+    return f"{_or_absent(te['version'])}{f' ({packages})' if packages else ''}; {state}"
 
 
 def machine_rows(machine: dict) -> list[tuple[str, str]]:

@@ -27,7 +27,7 @@ def _try_import(module: str) -> str | None:
     """None when ``module`` imports, else the error as Python wrote it."""
     try:
         importlib.import_module(module)
-    except Exception as err:  # any failure to load is what we report
+    except (Exception, SystemExit) as err:  # any failure to load is what we report, even a sys.exit()
         return f"{type(err).__name__}: {err}"
     return None
 

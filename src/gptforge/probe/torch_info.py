@@ -46,7 +46,7 @@ def probe_torch() -> dict:
     info["installed"] = True
     try:
         import torch
-    except Exception as err:  # a broken install is a finding, not a crash
+    except (Exception, SystemExit) as err:  # a broken install is a finding, not a crash
         info["error"] = f"import torch failed: {type(err).__name__}: {err}"
         return info
     info["version"] = str(torch.__version__)
