@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
+from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gptforge.cli import main
 
 
 def check_json(cli, *args):
@@ -78,6 +84,28 @@ def test_bad_input_is_one_line_exit_2(cli, args, flag):
     assert len(lines) == 1 and flag in lines[0]
     assert "Traceback" not in result.stderr + result.stdout
     assert result.stdout == ""
+
+
+VALUE_FLAGS = ["--driver", "--gpu", "--cc", "--cuda", "--torch", "--torch-cuda", "--python", "--gcc", "--clang",
+               "--cudnn", "--nccl", "--apex", "--deepspeed", "--transformer-engine", "--torch-arch-list", "--arch-list"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(VALUE_FLAGS), st.text(max_size=24) | st.from_regex(r"[0-9a-z_.+ ;-]{0,12}", fullmatch=True))
+def test_any_value_gets_an_answer_or_a_one_line_usage_error(flag, value):
+    """In-process, so that hypothesis can try many values: exit 0/1 with JSON, or exit 2 with one line naming the flag."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(["compat", "check", flag, value, "--json"])
+        except SystemExit as exit:
+            code = exit.code
+    if code == 2:
+        lines = err.getvalue().splitlines()
+        assert len(lines) == 1 and flag in lines[0] and out.getvalue() == ""
+    else:
+        assert code in (0, 1) and err.getvalue() == ""
+        assert json.loads(out.getvalue())["ok"] is (code == 0)
 
 
 def test_the_same_value_twice_is_not_a_conflict(cli):
