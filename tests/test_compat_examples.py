@@ -133,6 +133,13 @@ def test_arch_list_torch_chooses_itself_is_not_judged(unset):
     assert "arch-list-misses-gpu" in errors(ccs=((9, 0),), torch_cuda_arch_list_env=" ")
 
 
+def test_named_arches_read_as_torch_reads_them():
+    assert check(Combination(ccs=((9, 0),), cuda="13.0", torch_cuda_arch_list_env="Hopper")) == []
+    assert errors(ccs=((8, 6),), cuda="12.6", torch_cuda_arch_list_env="Ampere;Hopper") == set()
+    assert "arch-list-misses-gpu" in errors(ccs=((9, 0),), torch_cuda_arch_list_env="Ampere+Tegra")  # 8.7, no PTX
+    assert "arch-list-untargetable" in errors(cuda="13.0", torch_cuda_arch_list_env="Volta")
+
+
 def test_unreadable_field_is_a_warning_not_an_exception():
     assert "unreadable-version" in codes(Severity.WARNING, driver="banana", gcc="latest")
 

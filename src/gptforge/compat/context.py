@@ -99,9 +99,14 @@ def _torch_arches(ctx: Context) -> None:
         ctx.torch_arches, ctx.torch_ptx = ctx.torch_variant.arches, ctx.torch_variant.ptx
 
 
-def _arch_list_env(value: str | None) -> str | None:
-    """None where torch's cpp_extension picks the arches of the visible GPUs itself: unset, "" or "native"."""
-    return None if value in (None, "", "native") else value
+def _arch_list_env(value: str | None, facts: Facts) -> str | None:
+    """TORCH_CUDA_ARCH_LIST as torch's cpp_extension reads it: None where it picks the visible GPUs' arches
+    itself (unset, "" or "native"), named arches ("Hopper") replaced by their numbers."""
+    if value in (None, "", "native"):
+        return None
+    for name, arches in facts.torch_named_arches:
+        value = value.replace(name, arches)
+    return value
 
 
 def build_context(combo: Combination, facts: Facts) -> Context:
@@ -133,5 +138,6 @@ def build_context(combo: Combination, facts: Facts) -> Context:
     ctx.deepspeed = _read(ctx, "deepspeed", combo.deepspeed, lambda v: parse_release(v, "DeepSpeed"))
     ctx.transformer_engine = _read(ctx, "transformer_engine", combo.transformer_engine,
                                    lambda v: parse_release(v, "TransformerEngine"))
-    ctx.arch_env = _read(ctx, "TORCH_CUDA_ARCH_LIST", _arch_list_env(combo.torch_cuda_arch_list_env), parse_arch_list)
+    ctx.arch_env = _read(ctx, "TORCH_CUDA_ARCH_LIST", _arch_list_env(combo.torch_cuda_arch_list_env, facts),
+                         parse_arch_list)
     return ctx

@@ -100,6 +100,7 @@ class Facts:
     arches: dict[tuple[int, int], tuple[Arch, ...]] = field(default_factory=dict)
     known_arches: tuple[Arch, ...] = ()
     renames: dict[Arch, tuple[Arch, tuple[int, int]]] = field(default_factory=dict)
+    torch_named_arches: tuple[tuple[str, str], ...] = ()
     torch: dict[str, TorchRelease] = field(default_factory=dict)
     cxx_gcc_min: dict[int, Version] = field(default_factory=dict)
     cxx_nvcc_min: dict[int, CudaVersion] = field(default_factory=dict)
@@ -171,6 +172,7 @@ def _load_compilers(facts: Facts) -> None:
 def _load_arches(facts: Facts) -> None:
     table = load_table("cuda_arches.toml")
     facts.known_arches = tuple(parse_arch(a) for a in table["known"])
+    facts.torch_named_arches = tuple((name, arches) for name, arches in table["torch_named_arches"]["names"])
     for old, rename in table.get("renames", {}).items():
         facts.renames[parse_arch(old)] = (parse_arch(rename["to"]), _cuda_key(parse_cuda(rename["since"])))
     for row in table["nvcc"]:
