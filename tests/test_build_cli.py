@@ -143,11 +143,46 @@ def test_deepspeed_reports_a_cuda_home_without_lib64(cli, tmp_path):
     assert "gptforge fix-links" in _codes(_json(proc))["cuda-home-no-lib64"]["fix"]
 
 
+def _one_line_usage_error(proc, *needles):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("args,needles", [
+    (["apex", "--arch", "nine"], ["--arch: 'nine' is not a GPU architecture"]),
+    (["apex", "--arch", "99.0"], ["--arch: nvcc 13.0 cannot target 99.0"]),
+    (["apex", "--arch", "9.0", "--ref", "abc"], ["--ref: 'abc' is not a full commit hash"]),
+    (["apex", "--arch", "9.0", "--extensions", ",,"], ["--extensions: ',,' names no extension"]),
+    (["deepspeed-ops", "--arch", "9.0", "--version", "latest"], ["--version: 'latest' is not a version"]),
+])
+def test_a_bad_flag_is_named_even_when_the_toolchain_fails(cli, tmp_path, args, needles):
+    """The CPU torch here fails the preflight; a wrong flag is still the error the user sees."""
+    _one_line_usage_error(cli("build", *args, "--dry-run", env=_env(tmp_path)), *needles)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("package", [["apex"], ["deepspeed-ops", "--version", "0.19.8", "--ops", "fused_adam"]])
+def test_an_unwritable_cache_is_a_usage_error(cli, tmp_path, package):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = cli("build", *package, "--arch", "9.0", "--torch-cuda", "13.0", "--cache", str(blocker / "cache"),
+               env=_env(tmp_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("gptforge: usage error: --cache: the wheel cache")
+    assert blocker.read_text() == "" and not (tmp_path / "cache").exists()
+
+
 def test_bad_usage_is_one_line_exit_2(cli, tmp_path):
     proc = cli("build", "apex", "--arch", "nine", "--torch-cuda", "13.0", "--dry-run", env=_env(tmp_path))
-    assert proc.returncode in (1, 2)
+    _one_line_usage_error(proc, "--arch: 'nine' is not a GPU architecture")
     bad_ops = cli("build", "deepspeed-ops", "--ops", "warp_drive", "--dry-run", env=_env(tmp_path))
     assert bad_ops.returncode == 2 and "--ops: unknown op(s) warp_drive" in bad_ops.stderr
     assert len(bad_ops.stderr.strip().splitlines()) == 1
     bad_src = cli("build", "apex", "--src", str(tmp_path), "--dry-run", "--torch-cuda", "13.0", env=_env(tmp_path))
-    assert bad_src.returncode == 2 and "is not an apex source tree" in bad_src.stderr
+    _one_line_usage_error(bad_src, "is not an apex source tree")
+    not_deepspeed = cli("build", "deepspeed-ops", "--src", str(tmp_path), "--dry-run", env=_env(tmp_path))
+    _one_line_usage_error(not_deepspeed, "is not a DeepSpeed source tree")

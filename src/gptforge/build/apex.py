@@ -107,6 +107,10 @@ def resolve_source(req: ApexRequest, cache_root: Path) -> tuple[ApexSource | Non
     return existing, f"git {apex_repo()} @ {commit}", commit, commit
 
 
+class NoDefaultArch(UsageError):
+    """No --arch and no GPU here that nvcc can target: the plan has no arch list to default to."""
+
+
 def choose_arch_list(arch: str | None, tc: Toolchain, *, allow_suffix: bool) -> tuple[str, str]:
     """(TORCH_CUDA_ARCH_LIST, where it came from): ``--arch``, else the GPUs present that nvcc can target."""
     from gptforge import compat
@@ -114,13 +118,13 @@ def choose_arch_list(arch: str | None, tc: Toolchain, *, allow_suffix: bool) -> 
     if arch:
         return normalise_arch_list(arch, tc.nvcc_version, allow_suffix), "--arch"
     if not tc.ccs:
-        raise UsageError("--arch", "no GPU is visible, so there is nothing to target by default",
+        raise NoDefaultArch("--arch", "no GPU is visible, so there is nothing to target by default",
                          "pass the compute capabilities of the GPUs that will run it, e.g. --arch 9.0 (H100) or --arch '8.0;9.0'")
     try:
         chosen = compat.arch_list_for([tuple(int(p) for p in cc.split(".")) for cc in tc.ccs], tc.nvcc_version,
                                       allow_suffix=allow_suffix)
     except GptforgeError as err:
-        raise UsageError("--arch", f"nvcc {tc.nvcc_version} cannot target the GPUs present ({', '.join(tc.ccs)}): {err.message}",
+        raise NoDefaultArch("--arch", f"nvcc {tc.nvcc_version} cannot target the GPUs present ({', '.join(tc.ccs)}): {err.message}",
                          "install a CUDA toolkit that supports them (see `gptforge compat`), or pass --arch") from None
     return chosen, f"GPUs present ({', '.join(tc.ccs)}) ∩ nvcc {tc.nvcc_version}"
 

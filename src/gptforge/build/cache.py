@@ -27,7 +27,7 @@ from typing import Callable
 
 from filelock import FileLock
 
-from gptforge.errors import GptforgeError
+from gptforge.errors import GptforgeError, UsageError
 
 KEY_LENGTH = 20
 
@@ -81,15 +81,18 @@ class WheelCache:
         """The entry for ``key``; ``build(workdir) -> wheel`` runs at most once across processes sharing the lock."""
         if not force and (hit := self.lookup(key)):
             return hit
-        self.dir.mkdir(parents=True, exist_ok=True)
         lock = FileLock(self.lock_path(key))
         try:
+            self.dir.mkdir(parents=True, exist_ok=True)
             lock.acquire(timeout=0)
-        except TimeoutError:
+        except TimeoutError:  # before OSError, its base class
             if on_wait:
                 on_wait(self.lock_path(key))
             lock.acquire()
             force = False  # the holder just built it; building again would be the duplicate we avoid
+        except OSError as err:
+            raise UsageError("--cache", f"the wheel cache {self.dir} is not writable: {err.strerror}",
+                             "pass --cache DIR (or set GPTFORGE_CACHE) on a writable file system") from None
         try:
             if not force and (hit := self.lookup(key)):
                 return hit

@@ -17,6 +17,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from gptforge.build import jobs
 from gptforge.build.apex import choose_arch_list, install_wheel
 from gptforge.build.cache import WheelCache, cache_key, default_cache_root
@@ -73,6 +75,9 @@ def resolve_source(src: Path | None, version: str | None) -> tuple[str, str | No
             m = SDIST_VERSION.search(path.name)
             digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
             return str(path), (m.group(1) if m else version), f"sdist-sha256:{digest}"
+        if not (path / "setup.py").is_file() or not (path / "op_builder").is_dir():
+            raise UsageError("--src", f"{path} is not a DeepSpeed source tree (no setup.py and op_builder/)",
+                             "give a DeepSpeed sdist (.tar.gz) or a checkout of https://github.com/deepspeedai/DeepSpeed")
         ver_file = path / "version.txt"
         found = ver_file.read_text().strip() if ver_file.is_file() else version
         from gptforge.build.source import tree_digest
@@ -81,6 +86,10 @@ def resolve_source(src: Path | None, version: str | None) -> tuple[str, str | No
     version = version or installed_version()
     if version is None:
         raise UsageError("--version", "no DeepSpeed version to build", "pass --version X.Y.Z, or --src with a DeepSpeed sdist")
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise UsageError("--version", f"{version!r} is not a version", "e.g. --version 0.19.8") from None
     return f"deepspeed=={version}", version, f"pypi:deepspeed=={version}"
 
 

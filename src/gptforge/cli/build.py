@@ -71,6 +71,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _extensions(text: str | None) -> tuple[str, ...]:
+    names = tuple(e.strip() for e in (text or "").split(",") if e.strip())
+    if text is not None and not names:
+        raise UsageError("--extensions", f"{text!r} names no extension", "e.g. --extensions apex_C,amp_C,fused_layer_norm_cuda")
+    return names
+
+
 def _toolchain(args):
     from gptforge.build.toolchain import probe_toolchain
 
@@ -112,10 +119,13 @@ def _verify_only(args, package: str, extra: list[str]) -> int:
 
 
 def _plan_or_findings(args, findings: list[Finding], make_plan):
-    """The plan; when it cannot be made (no GPU to target...) but the toolchain already failed, report that first."""
+    """The plan; when there is no arch to default to (no GPU...) but the toolchain already failed, report
+    the toolchain first. A bad flag value is reported as such whatever the toolchain says."""
+    from gptforge.build.apex import NoDefaultArch
+
     try:
         return make_plan(), None
-    except UsageError:
+    except NoDefaultArch:
         if is_ok(findings):
             raise
         if not args.json:
@@ -156,7 +166,7 @@ def run_apex(args) -> int:
     findings = preflight.apex_findings(tc, args.ref) + preflight.transformer_engine_findings(tc)
     req = apex.ApexRequest(src=args.src, ref=args.ref, arch=args.arch, jobs=args.jobs, cache_root=args.cache,
                            force=args.force, all_contrib=args.all_contrib,
-                           extensions=tuple(e.strip() for e in (args.extensions or "").split(",") if e.strip()))
+                           extensions=_extensions(args.extensions))
     planned, failed = _plan_or_findings(args, findings, lambda: apex.plan_apex(req, tc))
     if planned is None:
         return failed
