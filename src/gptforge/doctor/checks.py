@@ -102,7 +102,7 @@ def _layout_findings(home: dict) -> list[Finding]:
             "cuda-home-no-lib64", W,
             f"{path} has lib/ but no lib64 (conda layout): DeepSpeed's async_io/gds ops and older op builders "
             f"link with -L$CUDA_HOME/lib64 and fail with 'cannot find -lcudart'",
-            f"ln -sfn lib {os.path.join(path, 'lib64')}"))
+            f"gptforge fix-links --prefix {path} (or ln -sfn lib {os.path.join(path, 'lib64')})"))
     if home["cuda_runtime_h"] is None:
         findings.append(Finding(
             "cuda-home-no-headers", W,
@@ -114,8 +114,8 @@ def _layout_findings(home: dict) -> list[Finding]:
             "cuda-home-no-headers", W,
             f"cuda_runtime.h is only in {path}/targets/x86_64-linux/include (conda layout), not in {path}/include: "
             "tools that add -I$CUDA_HOME/include do not find it",
-            f"export CPATH={path}/targets/x86_64-linux/include${{CPATH:+:$CPATH}}, or link the CUDA headers "
-            f"into {path}/include"))
+            f"gptforge fix-links --prefix {path} links them into {path}/include; or export "
+            f"CPATH={path}/targets/x86_64-linux/include${{CPATH:+:$CPATH}}"))
     return findings
 
 
@@ -168,7 +168,7 @@ def check_libcudart(machine: dict) -> list[Finding]:
             f"torch was built with CUDA {torch_cuda} but the loaded libcudart is {lib['version']} "
             f"({lib['real_path']})" + (": symbols torch needs may be missing" if older else ""),
             "make libcudart.so.* resolve to the runtime of torch's CUDA: remove the stray copy or fix the "
-            "link (gptforge links), and check LD_LIBRARY_PATH"))
+            "link (gptforge fix-links), and check LD_LIBRARY_PATH"))
     return findings
 
 
