@@ -171,7 +171,8 @@ def _arch_list_fix(ctx: Context, *, allow_suffix: bool) -> str:
             return f"set TORCH_CUDA_ARCH_LIST={arch_list_for(ctx.ccs, ctx.nvcc, allow_suffix=allow_suffix)}"
         except GptforgeError:
             pass
-    return "set TORCH_CUDA_ARCH_LIST to the GPUs present, e.g. 9.0 for H100 (gptforge doctor prints it)"
+    return ("set TORCH_CUDA_ARCH_LIST to the compute capabilities of the GPUs present, e.g. 9.0 for H100 "
+            "(nvidia-smi --query-gpu=compute_cap --format=csv)")
 
 
 # --- toolkit against torch and host compilers ------------------------------------------------
