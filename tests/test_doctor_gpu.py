@@ -28,6 +28,7 @@ def test_driver_and_gpus_match_nvidia_smi(report):
         pytest.skip("nvidia-smi not on PATH")
     smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,name,compute_cap", "--format=csv,noheader"],
                          capture_output=True, text=True, check=True).stdout.strip().splitlines()
+    assert len(driver["gpus"]) == len(smi)
     for gpu, line in zip(driver["gpus"], smi):
         version, name, cc = (part.strip() for part in line.split(","))
         assert (driver["driver_version"], gpu["name"], gpu["compute_capability"]) == (version, name, cc)
