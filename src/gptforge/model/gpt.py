@@ -92,10 +92,12 @@ class GPT(nn.Module):
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))
+        # The padded rows make the matmul tensor-core friendly; their logits are no tokens, so they take
+        # no part in the softmax of the loss nor in sampling.
+        logits = self.lm_head(self.ln_f(x))[..., : self.cfg.vocab_size]
         if targets is None:
             return logits, None
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
 
     def num_params(self, include_positions: bool = False) -> int:
@@ -114,7 +116,7 @@ class GPT(nn.Module):
         for _ in range(max_new_tokens):
             window = idx[:, -self.cfg.max_position_embeddings:]
             logits, _ = self(window)
-            logits = logits[:, -1, : self.cfg.vocab_size].float()  # padded rows are never tokens
+            logits = logits[:, -1].float()
             if temperature <= 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:

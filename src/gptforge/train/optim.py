@@ -11,11 +11,13 @@ from gptforge.train.config import TrainConfig
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Decay matrices (incl. the tied embedding), never biases or LayerNorm gains."""
+    """Decay the weight matrices of linear layers; never biases, LayerNorm gains or the embedding tables
+    (GPT-2 / minGPT convention; the token table is also the tied output matrix)."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
     decay, no_decay = [], []
     for param in model.parameters():
         if param.requires_grad:
-            (decay if param.dim() >= 2 else no_decay).append(param)
+            (decay if param.dim() >= 2 and id(param) not in embeddings else no_decay).append(param)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
