@@ -56,12 +56,31 @@ def test_unknown_key_in_a_file_is_an_error(tmp_path):
     (["split=90,x"], 1, "split"),
     (["min-lr=1"], 1, "min-lr"),
     (["lr-warmup-iters=300"], 1, "lr-warmup-iters"),
+    (["lr=0"], 1, "lr"),
+    (["min-lr=-1e-4"], 1, "min-lr"),
+    (["lr-warmup-iters=-3"], 1, "lr-warmup-iters"),
+    (["lr-decay-iters=-3"], 1, "lr-decay-iters"),
+    (["weight-decay=-0.1"], 1, "weight-decay"),
+    (["clip-grad=-1"], 1, "clip-grad"),
+    (["eval-iters=0"], 1, "eval-iters"),
+    (["adam-beta1=1.5"], 1, "adam-beta1"),
+    (["adam-beta2=-0.1"], 1, "adam-beta2"),
+    (["adam-eps=-1e-8"], 1, "adam-eps"),
 ])
 def test_validation_names_the_key(overrides, world, flag):
     cfg, _ = load_config("gpt2-tiny", overrides)
     with pytest.raises(UsageError) as err:
         validate(cfg, world)
     assert err.value.flag == flag
+
+
+@pytest.mark.parametrize("content", [b"lr = \n[model\n", b"\xff\xfe\x00lr = 1"])
+def test_unreadable_config_file_is_a_usage_error(tmp_path, content):
+    path = tmp_path / "broken.toml"
+    path.write_bytes(content)
+    with pytest.raises(UsageError, match="broken.toml is not valid TOML") as err:
+        load_config(str(path))
+    assert err.value.flag == "--config"
 
 
 def test_resolved_config_round_trips(tmp_path):

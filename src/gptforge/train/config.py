@@ -173,8 +173,10 @@ def load_config(name_or_path: str, overrides: list[str] = ()) -> tuple[TrainConf
     path = resolve_config_path(name_or_path)
     try:
         table = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise UsageError("--config", f"{path.name} is not valid TOML: {err}", "fix the file") from None
+    except OSError as err:
+        raise UsageError("--config", f"cannot read {path}: {err.strerror}", "give a readable .toml file") from None
     values = {}
     for key, value in flatten(table, path.name).items():
         check_known(key, path.name)
@@ -190,10 +192,17 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
     """Every check that needs no GPU and no data; raises UsageError naming the key and the fix."""
     positive = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "max_position_embeddings",
                 "micro_batch_size", "global_batch_size", "train_iters", "eval_interval", "save_interval",
-                "keep_last", "log_interval", "default_vocab_size")
+                "eval_iters", "keep_last", "log_interval", "default_vocab_size", "lr")
     for attr in positive:
         if getattr(cfg, attr) <= 0:
             raise UsageError(key_name(attr), f"must be positive, got {getattr(cfg, attr)}", "set a value > 0")
+    non_negative = ("min_lr", "lr_warmup_iters", "lr_decay_iters", "weight_decay", "adam_eps", "clip_grad")
+    for attr in non_negative:
+        if getattr(cfg, attr) < 0:
+            raise UsageError(key_name(attr), f"must be >= 0, got {getattr(cfg, attr)}", "set a value >= 0")
+    for attr in ("adam_beta1", "adam_beta2"):
+        if not 0.0 <= getattr(cfg, attr) < 1.0:
+            raise UsageError(key_name(attr), f"{getattr(cfg, attr)} is outside [0, 1)", "e.g. adam-beta1=0.9 adam-beta2=0.95")
     if cfg.hidden_size % cfg.num_attention_heads:
         raise UsageError("hidden-size", f"{cfg.hidden_size} is not divisible by num-attention-heads={cfg.num_attention_heads}",
                          "pick a head count that divides the width")
