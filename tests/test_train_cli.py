@@ -42,6 +42,20 @@ def test_bad_input_fails_before_any_work(tmp_path, args, env, needles):
     assert not (tmp_path / "run").exists() and not (tmp_path / ".gptforge").exists()
 
 
+def test_run_dir_that_cannot_be_made(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = run_cli("train", "--run-dir", str(blocker / "run"), *TINY, cwd=tmp_path)
+    one_line_error(proc, 2, "--run-dir", "is not a writable directory")
+    assert not (tmp_path / ".gptforge").exists()
+
+
+def test_resume_without_a_run_to_continue(tmp_path):
+    proc = run_cli("train", "--resume", *TINY, cwd=tmp_path)
+    one_line_error(proc, 2, "--resume", "no run under runs/gpt2-tiny* holds a checkpoint")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / ".gptforge").exists()
+
+
 def test_deepspeed_batch_disagreement(tmp_path):
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps({"train_batch_size": 64, "zero_optimization": {"stage": 2}}))

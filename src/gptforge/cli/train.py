@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from gptforge.errors import UsageError
+
 TRAIN_HELP = "pretrain a GPT-2 (embedded corpus by default); torchrun / deepspeed / srun launch it on many GPUs"
 TRAIN_EPILOG = """\
 examples:
@@ -83,6 +85,9 @@ def default_run_dir(config_name: str, resume: bool) -> Path:
             return max(candidates, key=lambda d: latest(d / "checkpoints").stat().st_mtime)
     if launched_by_launcher():
         return Path("runs") / stem  # every rank must agree on it without talking
+    if resume:
+        raise UsageError("--resume", f"no run under runs/{stem}* holds a checkpoint to continue",
+                         "pass --run-dir of the run to resume (a --run-dir without a checkpoint yet starts at step 0)")
     return Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 

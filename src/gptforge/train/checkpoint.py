@@ -109,11 +109,18 @@ def resolve(path: Path) -> Path:
     raise GptforgeError(f"no complete checkpoint under {path}", "point at a run directory that saved one (save-interval)")
 
 
-def read_trainer_state(ckpt: Path) -> dict:
+def load_file(path: Path, *, weights_only: bool):
+    """One checkpoint file; a damaged or unreadable one is a one-line error, not a traceback."""
     try:
-        return torch.load(ckpt / TRAINER_FILE, map_location="cpu", weights_only=False)
-    except Exception as err:
-        raise GptforgeError(f"cannot read {ckpt / TRAINER_FILE}: {err}", "the checkpoint is damaged; resume from an older one") from None
+        return torch.load(path, map_location="cpu", weights_only=weights_only)
+    except Exception as err:  # torch.load raises whatever its unpickler meets in a damaged file
+        first_line = (str(err).strip().splitlines() or [""])[0][:120]
+        raise GptforgeError(f"cannot read {path}: {type(err).__name__}: {first_line}",
+                            "the checkpoint is damaged; use an older one") from None
+
+
+def read_trainer_state(ckpt: Path) -> dict:
+    return load_file(ckpt / TRAINER_FILE, weights_only=False)
 
 
 def check_shape(state: dict, expected_shape: dict, ckpt: Path) -> None:
@@ -139,4 +146,4 @@ def write_main_files(tmp: Path, step: int, model_state: dict | None, optimizer_s
 
 def load_rank_rng(ckpt: Path, rank: int) -> dict | None:
     path = ckpt / f"rng_rank{rank}.pt"
-    return torch.load(path, map_location="cpu", weights_only=False) if path.is_file() else None
+    return load_file(path, weights_only=False) if path.is_file() else None

@@ -75,7 +75,7 @@ def check_data_paths(cfg: TrainConfig) -> None:
         missing = [ext for ext in (".bin", ".idx") if not Path(prefix + ext).is_file()]
         if missing:
             raise UsageError("data-path", f"{' and '.join(prefix + ext for ext in missing)} not found",
-                             "give the prefix of a 'gptforge data prepare' output (PATH without .bin/.idx), "
+                             "give the prefix of a 'gptforge prepare' output (PATH without .bin/.idx), "
                              "or leave data-path empty to use the embedded corpus")
     if prefixes and cfg.tokenizer_type == "default":
         raise UsageError("tokenizer-type", "data-path is set but not the tokenizer it was made with",

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from gptforge.errors import UsageError
+from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
 from gptforge.train.optim import build_scheduler, param_groups
 from gptforge.train.precision import Precision
@@ -77,8 +78,8 @@ class TorchEngine:
         """Nothing: torch state is gathered on every rank already (DDP replicas)."""
 
     def load(self, ckpt: Path, trainer_state: dict) -> None:
-        self.raw_model.load_state_dict(torch.load(ckpt / "model.pt", map_location="cpu", weights_only=True))
-        self.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=False))
+        self.raw_model.load_state_dict(checkpoint.load_file(ckpt / "model.pt", weights_only=True))
+        self.optimizer.load_state_dict(checkpoint.load_file(ckpt / "optimizer.pt", weights_only=False))
         self.scheduler.load_state_dict(trainer_state["scheduler"])
         if self.scaler and trainer_state.get("scaler"):
             self.scaler.load_state_dict(trainer_state["scaler"])

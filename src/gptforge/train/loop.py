@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import resource
 import time
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from gptforge.errors import GptforgeError
+from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT
 from gptforge.model.layers import LayerBackend, resolve_backend
 from gptforge.train import checkpoint, data as datamod, distributed, rng
@@ -74,6 +75,16 @@ def memory_gib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB -> GiB (peak RSS)
 
 
+def check_writable(run_dir: Path) -> None:
+    """The run directory can be made: its nearest existing ancestor is a writable directory."""
+    existing = run_dir.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError("--run-dir", f"{run_dir} cannot be created: {existing} is not a writable directory",
+                         "give a --run-dir on a writable file system")
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, opts: RunOptions, data: datamod.DataSetup | None = None, console=None):
         self.cfg, self.opts, self.data = cfg, opts, data
@@ -92,11 +103,10 @@ class Trainer:
         self.ds_config = read_deepspeed_config(opts.deepspeed, cfg, self.world) if opts.deepspeed else None
         if self.data is None:
             datamod.check_data_paths(cfg)
+        check_writable(self.run_dir)
         self.resume_ckpt, self.resume_state = None, None
         existing = checkpoint.latest(self.ckpt_root)
         if existing is not None and not opts.resume:
-            from gptforge.errors import UsageError
-
             raise UsageError("--run-dir", f"{self.run_dir} already holds checkpoints (newest {existing.name})",
                              "pass --resume to continue that run, or give a new --run-dir")
         if opts.resume:
@@ -105,8 +115,6 @@ class Trainer:
                 self.resume_state = checkpoint.read_trainer_state(self.resume_ckpt)
                 uses_ds = self.resume_state.get("deepspeed", False)
                 if uses_ds != bool(opts.deepspeed):
-                    from gptforge.errors import UsageError
-
                     raise UsageError("--resume", f"{self.resume_ckpt.name} was written {'with' if uses_ds else 'without'} DeepSpeed",
                                      "resume with the same engine (--deepspeed CONFIG or none)")
 

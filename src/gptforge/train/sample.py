@@ -10,6 +10,7 @@ from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT, ModelConfig
 from gptforge.train import checkpoint
 from gptforge.train.data import TokenizerSpec
+from gptforge.train.distributed import pick_device
 
 
 def load_model(ckpt: Path, device: torch.device) -> tuple[GPT, dict]:
@@ -19,8 +20,20 @@ def load_model(ckpt: Path, device: torch.device) -> tuple[GPT, dict]:
         raise GptforgeError(f"{ckpt} has no model.pt (a ZeRO-3 checkpoint keeps sharded weights only)",
                             "sample from a ZeRO-1/2 or torch checkpoint, or consolidate with DeepSpeed's zero_to_fp32.py")
     model = GPT(ModelConfig(**state["model_config"]))
-    model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    try:
+        model.load_state_dict(checkpoint.load_file(weights, weights_only=True))
+    except RuntimeError as err:  # tensors of another shape than trainer.pt describes
+        raise GptforgeError(f"{weights} does not fit the model in {checkpoint.TRAINER_FILE}: {str(err).splitlines()[0]}",
+                            "the checkpoint is damaged; use an older one") from None
     return model.to(device).eval(), state
+
+
+def load_tokenizer(state: dict, run_dir: Path):
+    try:
+        return TokenizerSpec(**state["tokenizer"]).load(base=run_dir)
+    except UsageError as err:
+        raise GptforgeError(f"the run's tokenizer does not load: {err.message}",
+                            f"restore {run_dir / 'tokenizer'} (the trainer copies it there)") from None
 
 
 def generate(checkpoint_path: Path, prompt: str, *, max_new_tokens: int = 200, temperature: float = 0.8,
@@ -29,11 +42,12 @@ def generate(checkpoint_path: Path, prompt: str, *, max_new_tokens: int = 200, t
         raise UsageError("--max-new-tokens", f"must be positive, got {max_new_tokens}", "e.g. --max-new-tokens 200")
     if temperature < 0:
         raise UsageError("--temperature", f"must be >= 0, got {temperature}", "0 means greedy, 0.8 is typical")
+    if top_k is not None and top_k < 0:
+        raise UsageError("--top-k", f"must be >= 0, got {top_k}", "0 turns the filter off, 50 is typical")
     ckpt = checkpoint.resolve(checkpoint_path)
-    dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device))
+    dev = pick_device(device, 0)
     model, state = load_model(ckpt, dev)
-    run_dir = ckpt.parent.parent
-    tokenizer = TokenizerSpec(**state["tokenizer"]).load(base=run_dir)
+    tokenizer = load_tokenizer(state, run_dir=ckpt.parent.parent)
     ids = tokenizer.encode(prompt) or [tokenizer.eod_id]
     generator = torch.Generator(device=dev).manual_seed(seed)
     idx = torch.tensor([ids], dtype=torch.long, device=dev)
