@@ -73,22 +73,37 @@ print(f"{tag} built={entry.built_here} waited={bool(waited)} wheel={entry.wheel.
 """
 
 
-@needs_c_toolchain
-def test_two_processes_sharing_a_cache_compile_once(tmp_path):
+def builders(tmp_path: Path, builder_source: str):
+    """A tiny C extension project, a cache root and ``start(tag)`` launching a builder process on them."""
     project = tmp_path / "tiny"
     project.mkdir()
     (project / "setup.py").write_text(TINY_SETUP)
     (project / "tiny.c").write_text(textwrap.dedent(TINY_C))
     script = tmp_path / "builder.py"
-    script.write_text(BUILDER)
+    script.write_text(builder_source)
     root = tmp_path / "cache"
     root.mkdir()
-    first = subprocess.Popen([sys.executable, str(script), str(root), str(project), "A"], stdout=subprocess.PIPE, text=True)
+
+    def start(tag: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(script), str(root), str(project), tag], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    return root, start
+
+
+def wait_for(marker: Path, proc: subprocess.Popen, what: str) -> None:
     deadline = time.time() + 60
-    while not (root / "building-A").exists():  # start B only once A holds the lock and compiles
-        assert time.time() < deadline and first.poll() is None, "builder A never started building"
+    while not marker.exists():
+        assert time.time() < deadline and proc.poll() is None, what
         time.sleep(0.05)
-    second = subprocess.Popen([sys.executable, str(script), str(root), str(project), "B"], stdout=subprocess.PIPE, text=True)
+
+
+@needs_c_toolchain
+def test_two_processes_sharing_a_cache_compile_once(tmp_path):
+    root, start = builders(tmp_path, BUILDER)
+    first = start("A")
+    wait_for(root / "building-A", first, "builder A never started building")  # B starts once A holds the lock
+    second = start("B")
     out_a, _ = first.communicate(timeout=120)
     out_b, _ = second.communicate(timeout=120)
     assert first.returncode == 0 and second.returncode == 0
@@ -102,29 +117,19 @@ def test_two_processes_sharing_a_cache_compile_once(tmp_path):
 
 @needs_c_toolchain
 def test_a_killed_builder_releases_the_lock_and_the_next_one_builds(tmp_path):
-    project = tmp_path / "tiny"
-    project.mkdir()
-    (project / "setup.py").write_text(TINY_SETUP)
-    (project / "tiny.c").write_text(textwrap.dedent(TINY_C))
-    script = tmp_path / "builder.py"
     # A dies after its compile finished, still holding the lock (a killed builder's pip could otherwise
     # still be writing into its work dir).
-    script.write_text(BUILDER.replace("time.sleep(2)",
-                                      "(root / f'compiled-{tag}').write_text(''); time.sleep(2 if tag != 'A' else 600)"))
-    root = tmp_path / "cache"
-    root.mkdir()
-    first = subprocess.Popen([sys.executable, str(script), str(root), str(project), "A"], stdout=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while not (root / "compiled-A").exists():
-        assert time.time() < deadline and first.poll() is None, "builder A never finished compiling"
-        time.sleep(0.05)
+    root, start = builders(tmp_path, BUILDER.replace(
+        "time.sleep(2)", "(root / f'compiled-{tag}').write_text(''); time.sleep(2 if tag != 'A' else 600)"))
+    first = start("A")
+    wait_for(root / "compiled-A", first, "builder A never finished compiling")
     first.kill()  # SIGKILL while holding the lock, mid-build
-    first.wait()
+    first.communicate()
     assert list((root / "tiny").glob(".tmp-*")), "A left its work dir behind"
-    second = subprocess.run([sys.executable, str(script), str(root), str(project), "B"], capture_output=True, text=True,
-                            timeout=120)
-    assert second.returncode == 0, second.stderr
-    assert "B built=True" in second.stdout
+    second = start("B")
+    out_b, err_b = second.communicate(timeout=120)
+    assert second.returncode == 0, err_b
+    assert "B built=True" in out_b
     assert (root / "compiles.txt").read_text().split() == ["A", "B"]
     assert not list((root / "tiny").glob(".tmp-*")), "the dead builder's work dir is cleaned up"
 
@@ -135,9 +140,7 @@ def test_failed_build_publishes_nothing(tmp_path):
     def broken(work: Path) -> Path:
         raise RuntimeError("compiler exploded")
 
-    try:
+    with pytest.raises(RuntimeError, match="compiler exploded"):
         cache.get_or_build("f" * 20, {}, broken)
-    except RuntimeError:
-        pass
     assert cache.lookup("f" * 20) is None
     assert not [p for p in (tmp_path / "x").iterdir() if p.name.startswith(".tmp-")]

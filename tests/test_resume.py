@@ -7,6 +7,7 @@ import json
 import signal
 
 import pytest
+import torch
 
 from conftest import run_cli
 from gptforge.train import checkpoint
@@ -38,11 +39,55 @@ def reference(tmp_path_factory, cache):
     run_dir = tmp_path_factory.mktemp("reference") / "run"
     proc = train(run_dir, cache, cwd=run_dir.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return history(run_dir)
+    return run_dir
+
+
+def test_checkpoint_holds_everything_a_resume_needs(reference):
+    ckpt = reference / "checkpoints" / "step_00000012"
+    state = torch.load(ckpt / "trainer.pt", weights_only=False)
+    assert state["step"] == 12 and state["consumed_samples"] == 12 * 8  # data position
+    assert state["scheduler"]["last_epoch"] == 12 and state["scheduler"]["_last_lr"]
+    assert "scaler" in state  # None in fp32; the fp16 round trip is test_fp16_loss_scale_survives_a_checkpoint
+    assert state["model_shape"]["hidden_size"] == 32 and state["tokenizer"]["kind"]
+    model = torch.load(ckpt / "model.pt", weights_only=True)
+    optimizer = torch.load(ckpt / "optimizer.pt", weights_only=False)
+    assert "wte.weight" in model
+    assert len(optimizer["state"]) == len(model) - 1  # every parameter's Adam moments (lm_head is tied to wte)
+    assert all(int(s["step"]) == 12 for s in optimizer["state"].values())
+    rng_state = torch.load(ckpt / "rng_rank0.pt", weights_only=False)
+    assert {"python", "numpy", "torch_cpu"} <= set(rng_state)
+
+
+def test_fp16_loss_scale_survives_a_checkpoint(tmp_path):
+    from gptforge.model import GPT, ModelConfig
+    from gptforge.train.config import TrainConfig
+    from gptforge.train.engine import TorchEngine
+    from gptforge.train.optim import build_optimizer
+    from gptforge.train.precision import Precision
+
+    cfg = TrainConfig(train_iters=10)
+
+    def engine():
+        model = GPT(ModelConfig(num_layers=1, hidden_size=16, num_attention_heads=2, max_position_embeddings=8,
+                                vocab_size=64))
+        optimizer, _ = build_optimizer(model, cfg, torch.device("cpu"))
+        return TorchEngine(model, model, optimizer, cfg, Precision("fp16", "cpu", ""), accum=1, ddp=False)
+
+    first = engine()
+    first.scaler.scale(torch.ones(()))  # the scale exists once a loss was scaled
+    first.scaler.update(1234.0)
+    model_state, optim_state, extra = first.state()
+    checkpoint.write_main_files(tmp_path, 1, model_state, optim_state, {"step": 1, **extra})
+    second = engine()
+    assert second.scaler.get_scale() != 1234.0
+    second.load(tmp_path, checkpoint.read_trainer_state(tmp_path))
+    assert second.scaler.get_scale() == 1234.0
 
 
 @pytest.mark.parametrize("kill_at,resumes_from", [("step:7", 4), ("save:8", 4)])
 def test_killed_run_resumes_bitwise(tmp_path, cache, reference, kill_at, resumes_from):
+    expected = history(reference)
+    assert [h[:2] for h in expected if h[0] == "train"] == [("train", step) for step in range(1, 13)]
     run_dir = tmp_path / "run"
     killed = train(run_dir, cache, kill_at=kill_at, cwd=tmp_path)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
@@ -51,8 +96,8 @@ def test_killed_run_resumes_bitwise(tmp_path, cache, reference, kill_at, resumes
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stdout and f"(step {resumes_from})" in resumed.stdout
     got = history(run_dir)
-    assert [h[:2] for h in got] == [h[:2] for h in reference]
-    assert got == reference  # float equality of every train and eval loss
+    assert [h[:2] for h in got] == [h[:2] for h in expected]
+    assert got == expected  # float equality of every train and eval loss
 
 
 def test_killed_save_is_never_picked_up(tmp_path, cache):
