@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -54,6 +55,13 @@ def test_resume_without_a_run_to_continue(tmp_path):
     proc = run_cli("train", "--resume", *TINY, cwd=tmp_path)
     one_line_error(proc, 2, "--resume", "no run under runs/gpt2-tiny* holds a checkpoint")
     assert not (tmp_path / "runs").exists() and not (tmp_path / ".gptforge").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is not None, reason="DeepSpeed is installed here")
+def test_deepspeed_asked_for_but_not_installed(tmp_path):
+    proc = run_cli("train", "--run-dir", str(tmp_path / "run"), *TINY, "--deepspeed", "zero2", cwd=tmp_path)
+    one_line_error(proc, 2, "--deepspeed", "DeepSpeed is not installed")
+    assert not (tmp_path / "run").exists()
 
 
 def test_deepspeed_batch_disagreement(tmp_path):

@@ -66,6 +66,10 @@ def test_unknown_key_in_a_file_is_an_error(tmp_path):
     (["adam-beta1=1.5"], 1, "adam-beta1"),
     (["adam-beta2=-0.1"], 1, "adam-beta2"),
     (["adam-eps=-1e-8"], 1, "adam-eps"),
+    (["data-path=a b c d"], 1, "data-path"),
+    (["data-path=-1 b 2 d"], 1, "data-path"),
+    (["data-path=0.5 b c"], 1, "data-path"),
+    (["tokenizer-type=sentencepiece"], 1, "tokenizer-type"),
 ])
 def test_validation_names_the_key(overrides, world, flag):
     cfg, _ = load_config("gpt2-tiny", overrides)

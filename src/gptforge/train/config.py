@@ -16,6 +16,7 @@ from gptforge.errors import UsageError
 from gptforge.model.config import ModelConfig
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+TOKENIZERS = ("default", "gpt2", "bytelevel")
 
 
 @dataclass
@@ -227,8 +228,25 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
     if not 0.0 <= cfg.dropout < 1.0:
         raise UsageError("dropout", f"{cfg.dropout} is outside [0, 1)", "e.g. 0.0")
     validate_split(cfg.split)
-    if len(cfg.data_path) > 1 and len(cfg.data_path) % 2:
-        raise UsageError("data-path", "a blend is pairs of WEIGHT PREFIX", "e.g. data-path='0.7 a_text 0.3 b_text'")
+    validate_data_path(cfg.data_path)
+    if cfg.tokenizer_type not in TOKENIZERS:
+        raise UsageError("tokenizer-type", f"{cfg.tokenizer_type!r} is not one of {', '.join(TOKENIZERS)}",
+                         "the tokenizer the data was prepared with, e.g. tokenizer-type=gpt2")
+
+
+def validate_data_path(data_path: list) -> None:
+    """One prefix, or a blend: pairs of WEIGHT PREFIX with numeric, non-negative weights."""
+    if len(data_path) <= 1:
+        return
+    fix = "e.g. data-path='0.7 a_text 0.3 b_text'"
+    if len(data_path) % 2:
+        raise UsageError("data-path", "a blend is pairs of WEIGHT PREFIX", fix)
+    for weight in data_path[0::2]:
+        try:
+            if float(weight) < 0:
+                raise ValueError
+        except ValueError:
+            raise UsageError("data-path", f"blend weight {weight!r} is not a non-negative number", fix) from None
 
 
 def validate_split(split: str) -> None:

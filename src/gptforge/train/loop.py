@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 import os
 import resource
@@ -101,6 +102,8 @@ class Trainer:
         self.world = distributed.env_world_size()
         validate(cfg, self.world)
         self.ds_config = read_deepspeed_config(opts.deepspeed, cfg, self.world) if opts.deepspeed else None
+        if opts.deepspeed and importlib.util.find_spec("deepspeed") is None:
+            raise UsageError("--deepspeed", "DeepSpeed is not installed", "pip install deepspeed, or train without --deepspeed")
         if self.data is None:
             datamod.check_data_paths(cfg)
         check_writable(self.run_dir)
