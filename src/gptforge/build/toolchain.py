@@ -1,5 +1,5 @@
-"""The build toolchain a preflight judges: read from the live machine (through gptforge.probe), every
-field overridable so a build host can be checked against another torch than the one installed."""
+"""The build toolchain a preflight judges: read from the live machine (through gptforge.probe); torch's
+CUDA can be replaced (``as_if_torch_cuda``) to check a build host against a torch not installed yet."""
 
 from __future__ import annotations
 
@@ -23,9 +23,6 @@ class Toolchain:
     torch_arch_list: tuple[str, ...] = ()  # torch.cuda.get_arch_list()
     driver: str | None = None
     python_tag: str = field(default_factory=lambda: python_abi_tag())
-
-    def with_overrides(self, **changes) -> "Toolchain":
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def as_if_torch_cuda(self, cuda: str | None) -> "Toolchain":
         """What-if: this torch version built for CUDA ``cuda`` (its local tag, e.g. +cpu, dropped)."""
