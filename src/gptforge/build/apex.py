@@ -6,7 +6,6 @@ import importlib.metadata
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -14,12 +13,13 @@ from pathlib import Path
 from packaging.version import Version
 
 from gptforge.build import jobs
-from gptforge.build.cache import WheelCache, cache_key, default_cache_root
+from gptforge.build.cache import cache_key, default_cache_root
 from gptforge.build.flags import CORE_FLAGS, select_flags
 from gptforge.build.pins import apex_pin
 from gptforge.build.runner import run_logged
 from gptforge.build.source import COMMIT_RE, ApexSource, clone, local_source
 from gptforge.build.toolchain import Toolchain
+from gptforge.build.wheels import cached_wheel
 from gptforge.errors import GptforgeError, UsageError
 
 SUBSET_ENV = "GPTFORGE_APEX_EXTENSIONS"
@@ -222,31 +222,10 @@ def build_wheel(plan: ApexPlan, src: ApexSource | None, workdir: Path, log: Path
     return wheels[0]
 
 
-def install_wheel(wheel: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall",
-                          "--disable-pip-version-check", "-q", str(wheel)], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise GptforgeError(f"installing {wheel.name} failed: {out.stderr.strip().splitlines()[-1:]}",
-                            f"try: {sys.executable} -m pip install --force-reinstall {wheel}")
-
-
 def build_and_install(plan: ApexPlan, src: ApexSource | None, *, force: bool, quiet: bool, install: bool = True) -> dict:
-    cache = WheelCache(Path(plan.cache_dir).parent, "apex")
-    log = cache.log_path(plan.cache_key)
-    announce = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
-    announce(f"apex: cache key {plan.cache_key} in {cache.dir}; build log (when it builds): {log}")
-
-    def on_wait(lock: Path) -> None:
-        announce(f"apex: another process is building this key (lock {lock}); waiting for its wheel")
-
-    entry = cache.get_or_build(plan.cache_key, plan.key_inputs, lambda work: build_wheel(plan, src, work, log, quiet),
-                               force=force, log=log, on_wait=on_wait)
-    announce(f"apex: {'built' if entry.built_here else 'cached'} wheel {entry.wheel}")
-    if install:
-        install_wheel(entry.wheel)
-        announce(f"apex: installed {entry.wheel.name} into {sys.prefix}")
-    return {"wheel": str(entry.wheel), "built": entry.built_here, "entry": str(entry.path),
-            "build_seconds": entry.meta.get("build_seconds"), "log": str(entry.path / "build.log")}
+    return cached_wheel("apex", Path(plan.cache_dir).parent, plan.cache_key, plan.key_inputs,
+                        lambda work, log: build_wheel(plan, src, work, log, quiet), force=force, quiet=quiet,
+                        install=install)
 
 
 def plan_text(plan: ApexPlan) -> str:

@@ -20,11 +20,12 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from gptforge.build import jobs
-from gptforge.build.apex import choose_arch_list, install_wheel
-from gptforge.build.cache import WheelCache, cache_key, default_cache_root
+from gptforge.build.apex import choose_arch_list
+from gptforge.build.cache import cache_key, default_cache_root
 from gptforge.build.pins import deepspeed_pin
 from gptforge.build.runner import run_logged
 from gptforge.build.toolchain import Toolchain
+from gptforge.build.wheels import cached_wheel
 from gptforge.errors import GptforgeError, UsageError
 
 SDIST_VERSION = re.compile(r"deepspeed-(\d+\.\d+\.\d+[\w.]*)\.(?:tar\.gz|zip)$")
@@ -134,13 +135,7 @@ def plan_deepspeed(ops: list[str], tc: Toolchain, *, src: Path | None, version: 
 
 
 def build_and_install(plan: DeepSpeedPlan, *, force: bool, quiet: bool, install: bool = True) -> dict:
-    cache = WheelCache(Path(plan.cache_dir).parent, "deepspeed")
-    log = cache.log_path(plan.cache_key)
-    if not quiet:
-        print(f"deepspeed-ops: cache key {plan.cache_key} in {cache.dir}; build log (when it builds): {log}",
-              file=sys.stderr, flush=True)
-
-    def build(work: Path) -> Path:
+    def build(work: Path, log: Path) -> Path:
         cmd = [a.replace("<workdir>", str(work)) for a in plan.pip_command]
         run_logged(cmd, env={**os.environ, **plan.env}, cwd=work, log=log, title=f"building DeepSpeed ops {','.join(plan.ops)}",
                    expected=len(plan.ops), quiet=quiet)
@@ -149,11 +144,8 @@ def build_and_install(plan: DeepSpeedPlan, *, force: bool, quiet: bool, install:
             raise GptforgeError("pip reported success but wrote no DeepSpeed wheel", f"see {log}")
         return wheels[0]
 
-    entry = cache.get_or_build(plan.cache_key, plan.key_inputs, build, force=force, log=log)
-    if install:
-        install_wheel(entry.wheel)
-    return {"wheel": str(entry.wheel), "built": entry.built_here, "entry": str(entry.path),
-            "build_seconds": entry.meta.get("build_seconds")}
+    return cached_wheel("deepspeed", Path(plan.cache_dir).parent, plan.cache_key, plan.key_inputs, build, force=force,
+                        quiet=quiet, install=install)
 
 
 def plan_text(plan: DeepSpeedPlan) -> str:
