@@ -33,6 +33,12 @@ def test_same_inputs_same_key_in_any_order():
     assert cache_key(KEY_INPUTS) == cache_key(json.loads(json.dumps(KEY_INPUTS)))
 
 
+def test_key_is_stable_across_releases():
+    """A cache shared by nodes running different gptforge versions must agree on keys: the key of
+    fixed inputs never changes (changing the key scheme would orphan every shared cache)."""
+    assert cache_key(KEY_INPUTS) == "b507c4efb26caf591e3b"
+
+
 @given(st.sampled_from(sorted(KEY_INPUTS)), values)
 def test_any_input_change_changes_the_key(field, value):
     changed = {**KEY_INPUTS, field: value}
