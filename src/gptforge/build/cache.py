@@ -91,7 +91,7 @@ class WheelCache:
             lock.acquire()
             force = False  # the holder just built it; building again would be the duplicate we avoid
         except OSError as err:
-            raise UsageError("--cache", f"the wheel cache {self.dir} is not writable: {err.strerror}",
+            raise UsageError("--cache", f"the wheel cache {self.dir} cannot be created or written: {err.strerror}",
                              "pass --cache DIR (or set GPTFORGE_CACHE) on a writable file system") from None
         try:
             if not force and (hit := self.lookup(key)):
