@@ -6,6 +6,7 @@ the micro-step, so a resumed run reads exactly the samples the uninterrupted run
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,18 +37,22 @@ class TokenizerSpec:
                               vocab_file=where(self.vocab_file), merge_file=where(self.merge_file))
 
     def copy_into(self, run_dir: Path) -> "TokenizerSpec":
-        """The same tokenizer with its files copied under RUN/tokenizer (a run is self-contained)."""
-        dest = run_dir / "tokenizer"
-        dest.mkdir(parents=True, exist_ok=True)
+        """The same tokenizer with its files copied under RUN/tokenizer (a run is self-contained). The copy
+        is staged and renamed into place: a killed copy never leaves a RUN/tokenizer missing files."""
+        for stale in run_dir.glob(".tokenizer.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        staged = run_dir / f".tokenizer.tmp-{os.getpid()}"
+        staged.mkdir(parents=True)
         copied = TokenizerSpec(self.kind)
         if self.tokenizer_dir:
-            shutil.copytree(self.tokenizer_dir, dest, dirs_exist_ok=True)
+            shutil.copytree(self.tokenizer_dir, staged, dirs_exist_ok=True)
             copied.tokenizer_dir = "tokenizer"
         for attr in ("vocab_file", "merge_file"):
             src = getattr(self, attr)
             if src:
-                shutil.copy2(src, dest / Path(src).name)
+                shutil.copy2(src, staged / Path(src).name)
                 setattr(copied, attr, f"tokenizer/{Path(src).name}")
+        os.replace(staged, run_dir / "tokenizer")
         return copied
 
 

@@ -19,7 +19,7 @@ from gptforge.model.layers import LayerBackend, resolve_backend
 from gptforge.train import checkpoint, data as datamod, distributed, rng
 from gptforge.train.config import TrainConfig, validate
 from gptforge.train.engine import DeepSpeedEngine, TorchEngine, read_deepspeed_config
-from gptforge.train.metrics import MetricsLog, plot_losses
+from gptforge.train.metrics import MetricsLog, plot_losses, write_atomic
 from gptforge.train.optim import build_optimizer
 from gptforge.train.peaks import Peak, lookup, mfu
 from gptforge.train.precision import choose
@@ -201,7 +201,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         checkpoint.clean_staging(self.ckpt_root)
         header = f"resolved config of this run (from {self.opts.config_name}); rerun with --config this-file"
-        (self.run_dir / "config.toml").write_text(dumps(self.cfg.to_dict(), header))
+        write_atomic(self.run_dir / "config.toml", dumps(self.cfg.to_dict(), header).encode())
         if not (self.run_dir / "tokenizer").exists():
             self.tokenizer = self.data.tokenizer.copy_into(self.run_dir)
         else:
