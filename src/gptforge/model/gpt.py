@@ -92,8 +92,8 @@ class GPT(nn.Module):
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:
             x = block(x)
-        # The padded rows make the matmul tensor-core friendly; their logits are no tokens, so they take
-        # no part in the softmax of the loss nor in sampling.
+        # The padded rows make the matmul tensor-core friendly; they stand for no token, so their logits
+        # are cut before the loss's softmax and before sampling.
         logits = self.lm_head(self.ln_f(x))[..., : self.cfg.vocab_size]
         if targets is None:
             return logits, None
