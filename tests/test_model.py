@@ -34,11 +34,16 @@ def test_gpt2_init_scales_residual_projections():
     torch.manual_seed(0)
     cfg = tiny(num_layers=8, hidden_size=256)
     model = GPT(cfg)
-    fc_std = torch.cat([b.mlp.fc.weight.flatten() for b in model.blocks]).std().item()
-    proj_std = torch.cat([b.mlp.proj.weight.flatten() for b in model.blocks]).std().item()
-    assert fc_std == pytest.approx(0.02, rel=0.05)
-    assert proj_std == pytest.approx(0.02 / math.sqrt(2 * cfg.num_layers), rel=0.05)
+    def std(weights) -> float:
+        return torch.cat([w.flatten() for w in weights]).std().item()
+
+    for plain in ([b.mlp.fc.weight for b in model.blocks], [b.attn.qkv.weight for b in model.blocks],
+                  [model.wte.weight], [model.wpe.weight]):
+        assert std(plain) == pytest.approx(0.02, rel=0.05)
+    for residual in ([b.mlp.proj.weight for b in model.blocks], [b.attn.proj.weight for b in model.blocks]):
+        assert std(residual) == pytest.approx(0.02 / math.sqrt(2 * cfg.num_layers), rel=0.05)
     assert all(torch.count_nonzero(b.attn.qkv.bias) == 0 for b in model.blocks)
+    assert torch.equal(model.ln_f.weight, torch.ones(256)) and torch.count_nonzero(model.ln_f.bias) == 0
 
 
 def test_attention_is_causal():
