@@ -66,8 +66,14 @@ def installed_version() -> str | None:
         return None
 
 
-def resolve_source(src: Path | None, version: str | None) -> tuple[str, str | None, str]:
-    """(what pip builds, DeepSpeed version, the cache-key id of the source)."""
+@dataclass(frozen=True)
+class DeepSpeedSource:
+    spec: str  # what pip builds: a path (sdist or tree) or "deepspeed==X"
+    version: str | None
+    source_id: str  # the cache-key input naming the source
+
+
+def resolve_source(src: Path | None, version: str | None) -> DeepSpeedSource:
     if src is not None:
         path = src.expanduser().resolve()
         if not path.exists():
@@ -75,7 +81,7 @@ def resolve_source(src: Path | None, version: str | None) -> tuple[str, str | No
         if path.is_file():
             m = SDIST_VERSION.search(path.name)
             digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-            return str(path), (m.group(1) if m else version), f"sdist-sha256:{digest}"
+            return DeepSpeedSource(str(path), m.group(1) if m else version, f"sdist-sha256:{digest}")
         if not (path / "setup.py").is_file() or not (path / "op_builder").is_dir():
             raise UsageError("--src", f"{path} is not a DeepSpeed source tree (no setup.py and op_builder/)",
                              "give a DeepSpeed sdist (.tar.gz) or a checkout of https://github.com/deepspeedai/DeepSpeed")
@@ -83,7 +89,7 @@ def resolve_source(src: Path | None, version: str | None) -> tuple[str, str | No
         found = ver_file.read_text().strip() if ver_file.is_file() else version
         from gptforge.build.source import tree_digest
 
-        return str(path), found, f"tree-sha256:{tree_digest(path)}"
+        return DeepSpeedSource(str(path), found, f"tree-sha256:{tree_digest(path)}")
     version = version or installed_version()
     if version is None:
         raise UsageError("--version", "no DeepSpeed version to build", "pass --version X.Y.Z, or --src with a DeepSpeed sdist")
@@ -91,7 +97,7 @@ def resolve_source(src: Path | None, version: str | None) -> tuple[str, str | No
         Version(version)
     except InvalidVersion:
         raise UsageError("--version", f"{version!r} is not a version", "e.g. --version 0.19.8") from None
-    return f"deepspeed=={version}", version, f"pypi:deepspeed=={version}"
+    return DeepSpeedSource(f"deepspeed=={version}", version, f"pypi:deepspeed=={version}")
 
 
 def cpu_model() -> str:
@@ -107,9 +113,8 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def plan_deepspeed(ops: list[str], tc: Toolchain, *, src: Path | None, version: str | None, arch: str | None,
-                   jobs_n: int | None, cache_root: Path | None) -> DeepSpeedPlan:
-    source, ds_version, source_id = resolve_source(src, version)
+def plan_deepspeed(ops: list[str], tc: Toolchain, *, source: DeepSpeedSource, arch: str | None, jobs_n: int | None,
+                   cache_root: Path | None) -> DeepSpeedPlan:
     arch_list, origin = choose_arch_list(arch, tc, allow_suffix=False)
     cores, free_gib = jobs.machine_capacity()
     max_jobs = jobs_n or jobs.budget(cores, free_gib)
@@ -122,15 +127,15 @@ def plan_deepspeed(ops: list[str], tc: Toolchain, *, src: Path | None, version: 
     if inherited and inherited != arch_list and not arch:
         notes.append(f"TORCH_CUDA_ARCH_LIST={inherited} from the environment is replaced by {arch_list} "
                      "(DeepSpeed cannot parse 'a'/'f' suffixes)")
-    key_inputs = {"package": "deepspeed", "source": source_id, "torch": tc.torch_version, "torch_cuda": tc.torch_cuda,
+    key_inputs = {"package": "deepspeed", "source": source.source_id, "torch": tc.torch_version, "torch_cuda": tc.torch_cuda,
                   "python": tc.python_tag, "arch_list": arch_list, "ops": ops}
     if any(op.startswith("cpu_") for op in ops):
         # DeepSpeed compiles its CPU ops with -march=native: the wheel only suits this CPU model.
         key_inputs["cpu"] = cpu_model()
     root = (cache_root or default_cache_root()).expanduser().resolve()
     pip_cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-cache-dir", "--no-build-isolation",
-               "--disable-pip-version-check", "-w", "<workdir>/dist", source]
-    return DeepSpeedPlan(source, ds_version, ops, arch_list, origin, max_jobs, env, pip_cmd, str(root / "deepspeed"),
+               "--disable-pip-version-check", "-w", "<workdir>/dist", source.spec]
+    return DeepSpeedPlan(source.spec, source.version, ops, arch_list, origin, max_jobs, env, pip_cmd, str(root / "deepspeed"),
                          cache_key(key_inputs), key_inputs, notes)
 
 

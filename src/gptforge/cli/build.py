@@ -183,10 +183,10 @@ def run_deepspeed(args) -> int:
     if args.verify_only:
         return _verify_only(args, "deepspeed", ["--ops", ",".join(ops)])
     tc = _toolchain(args)
-    _, version, _ = deepspeed_ops.resolve_source(args.src, args.ds_version)
-    findings = preflight.deepspeed_findings(tc, version)
+    source = deepspeed_ops.resolve_source(args.src, args.ds_version)
+    findings = preflight.deepspeed_findings(tc, source.version)
     plan, failed = _plan_or_findings(args, findings, lambda: deepspeed_ops.plan_deepspeed(
-        ops, tc, src=args.src, version=args.ds_version, arch=args.arch, jobs_n=args.jobs, cache_root=args.cache))
+        ops, tc, source=source, arch=args.arch, jobs_n=args.jobs, cache_root=args.cache))
     if plan is None:
         return failed
     return _execute(args, findings, plan, deepspeed_ops.plan_text(plan),
