@@ -211,20 +211,21 @@ def test_failure_after_training_removes_the_trained_tokenizer(tmp_path, monkeypa
 
 
 def test_sigint_mid_prepare_leaves_nothing(tmp_path):
-    """A real run interrupted while it writes (Ctrl-C): exit 130, one line, no output files."""
+    """A real run interrupted while it writes (Ctrl-C: SIGINT to the process group, workers
+    included): exit 130, one line, no output files."""
     src = tmp_path / "big.jsonl"
     line = json.dumps({"text": "many words in a long document " * 60}) + "\n"
     src.write_text(line * 30_000)
     before = _listing(tmp_path)
     proc = subprocess.Popen(
         [*gptforge_executable(), "prepare", "--input", str(src), "--output-prefix", str(tmp_path / "out"), "--workers", "2"],
-        stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
     )
     deadline = time.monotonic() + 60
-    while not list(tmp_path.glob("*.partial-*")) and proc.poll() is None and time.monotonic() < deadline:
+    while not any(p.stat().st_size for p in tmp_path.glob("*.partial-*")) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert proc.poll() is None, "prepare finished before it could be interrupted; make the corpus larger"
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert err.strip() == "gptforge: interrupted"

@@ -7,10 +7,13 @@ under temporary names and renamed only when every document is in; any error remo
 
 from __future__ import annotations
 
+import collections
 import itertools
 import multiprocessing
 import os
+import signal
 import time
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -113,8 +116,33 @@ def _encoded(records: Iterator[Record], tokenizer: Tokenizer, append_eod: bool, 
         yield from map(_encode_chunk, jobs)
         return
     # spawn: safe with the tokenizer libraries' thread pools, same behaviour on every platform
-    with multiprocessing.get_context("spawn").Pool(workers, _init_worker, (tokenizer,)) as pool:
-        yield from pool.imap(_encode_chunk, jobs, chunksize=1)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(tokenizer,)) as pool:
+        pending: collections.deque = collections.deque()
+        try:
+            for job in jobs:  # in order, with at most 2 chunks per worker read ahead
+                pending.append(_submit(pool, job))
+                if len(pending) > 2 * workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
+
+
+def _submit(pool: ProcessPoolExecutor, job) -> Future:
+    """Submit with SIGINT blocked: the workers that submit starts inherit the block for good.
+
+    Ctrl-C reaches the whole process group. Only the parent acts on it: it cancels the queued
+    chunks, lets the workers finish theirs and exit, and removes the outputs; a worker that took
+    the signal itself would print a traceback, or die in the middle of sending a result.
+    """
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return pool.submit(_encode_chunk, job)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _progress(enabled: bool):
