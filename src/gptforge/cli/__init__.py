@@ -30,7 +30,15 @@ MODULES_OF_COMMAND = {
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line and exit status 2."""
+    """argparse that reports a usage error as one line and exit status 2.
+
+    Abbreviated long options are refused: scripts written against ``--json`` must not start meaning
+    something else when a later release adds ``--json-schema``.
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # noqa: D401 - argparse API
         sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
