@@ -1,0 +1,87 @@
+"""pixi task `smoke`: import everything this environment promises, then train a few steps.
+
+Prints one line per check and a last line with the loss; exits 1 when anything promised is missing or
+the model does not learn. The CUDA checks run where the environment has CUDA; the apex import where
+`build-apex` built it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from gptforge.compat.project_envs import environment
+
+STEPS = 30
+
+
+def check(name: str, ok: bool, detail: str) -> bool:
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}", flush=True)
+    return ok
+
+
+def can_import(module: str) -> tuple[bool, str]:
+    try:
+        imported = importlib.import_module(module)
+    except Exception as err:  # a broken install raises anything, not only ImportError
+        return False, f"{type(err).__name__}: {err}"
+    return True, getattr(imported, "__version__", "imported")
+
+
+def nvcc_release() -> str | None:
+    home = os.environ.get("CUDA_HOME", "")
+    nvcc = shutil.which("nvcc", path=os.path.join(home, "bin")) or shutil.which("nvcc")
+    if not nvcc:
+        return None
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    found = re.search(r"release (\d+\.\d+)", out)
+    return found.group(1) if found else None
+
+
+def cuda_checks(cuda: str) -> list[bool]:
+    import torch
+
+    results = [check("torch CUDA", (torch.version.cuda or "").startswith(cuda),
+                     f"torch {torch.__version__} built for CUDA {torch.version.cuda} (environment: {cuda})")]
+    nvcc = nvcc_release()
+    results.append(check("nvcc", nvcc == cuda, f"release {nvcc} on CUDA_HOME/bin or PATH (must equal torch's {cuda})"))
+    prefix = os.environ.get("CONDA_PREFIX", "")
+    if Path(prefix, ".gptforge", "build-apex.json").exists():
+        results.append(check("apex", *can_import("apex.optimizers")))
+    return results
+
+
+def train() -> bool:
+    with tempfile.TemporaryDirectory(prefix="gptforge-smoke-") as run_dir:
+        out = subprocess.run([sys.executable, "-m", "gptforge", "train", "--config", "gpt2-tiny",
+                              f"train-iters={STEPS}", f"eval-interval={STEPS // 2}",
+                              "--run-dir", run_dir, "--json"], capture_output=True, text=True)
+        if out.returncode != 0:
+            return check("train", False, (out.stderr.strip().splitlines() or ["no output"])[-1])
+        summary = json.loads(out.stdout)
+    first, last = summary["first_val_loss"], summary["final_val_loss"]
+    return check("train", last < first, f"{STEPS} steps of gpt2-tiny: validation loss {first:.3f} -> {last:.3f}")
+
+
+def main() -> int:
+    name = os.environ.get("PIXI_ENVIRONMENT_NAME", "")
+    env = environment(name) if name else None
+    results = [check(module, *can_import(module)) for module in ("torch", "numpy", "tokenizers", "gptforge")]
+    if env is not None and env.cuda:
+        results += cuda_checks(env.cuda)
+    if importlib.util.find_spec("deepspeed") is not None:
+        results.append(check("deepspeed", *can_import("deepspeed")))
+    results.append(train())
+    print(f"smoke: {'passed' if all(results) else 'FAILED'} ({sum(results)} of {len(results)} checks)")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Runs pixi.toml's tasks the way `pixi run -e ENV TASK` does, where no pixi binary is available.
+
+What pixi does and this repeats: the tasks visible in an environment are the workspace's [tasks]
+plus those of the environment's features; `depends-on` runs first, depth first, each task once; a
+task runs in the workspace root (or its `cwd`), with the environment activated: the features'
+[activation.env] on top of the caller's environment (`$VAR` expanded), PIXI_PROJECT_ROOT,
+PIXI_ENVIRONMENT_NAME, PIXI_PROJECT_MANIFEST and CONDA_PREFIX set, the prefix's bin/ first on PATH;
+extra arguments are appended to the command. The environment's prefix here is the running
+interpreter's (the test venv), standing in for .pixi/envs/ENV.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import string
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    cmd: str | None
+    depends_on: tuple[str, ...]
+    cwd: str | None
+    env: dict
+
+
+def _task(name: str, spec) -> Task:
+    if isinstance(spec, str):
+        return Task(name, spec, (), None, {})
+    if isinstance(spec, list):  # an alias: a list of task names
+        return Task(name, None, tuple(spec), None, {})
+    depends = spec.get("depends-on", ())
+    depends = (depends,) if isinstance(depends, str) else tuple(d if isinstance(d, str) else d["task"] for d in depends)
+    return Task(name, spec.get("cmd"), depends, spec.get("cwd"), spec.get("env", {}))
+
+
+class Workspace:
+    def __init__(self, root: Path):
+        self.root = root
+        self.manifest = tomllib.loads((root / "pixi.toml").read_text(encoding="utf-8"))
+
+    def features(self, environment: str) -> list[dict]:
+        spec = self.manifest["environments"][environment]
+        names = spec if isinstance(spec, list) else spec["features"]
+        default = [] if isinstance(spec, dict) and spec.get("no-default-feature") else [self.manifest]
+        return default + [self.manifest["feature"][n] for n in names]
+
+    def tasks(self, environment: str) -> dict[str, Task]:
+        found: dict[str, Task] = {}
+        for feature in self.features(environment):
+            for name, spec in feature.get("tasks", {}).items():
+                found[name] = _task(name, spec)
+        return found
+
+    def activation(self, environment: str, prefix: str, base: dict) -> dict:
+        env = {**base, "PIXI_PROJECT_ROOT": str(self.root), "PIXI_ENVIRONMENT_NAME": environment,
+               "PIXI_PROJECT_MANIFEST": str(self.root / "pixi.toml"), "CONDA_PREFIX": prefix,
+               "CONDA_DEFAULT_ENV": environment}
+        env["PATH"] = os.pathsep.join([os.path.join(prefix, "bin"), base.get("PATH", "")])
+        for feature in self.features(environment):
+            for key, value in feature.get("activation", {}).get("env", {}).items():
+                env[key] = string.Template(value).safe_substitute(env)
+        return env
+
+    def order(self, environment: str, task: str) -> list[Task]:
+        tasks, done, out = self.tasks(environment), set(), []
+
+        def visit(name: str, path: tuple[str, ...]) -> None:
+            if name in path:
+                raise ValueError(f"depends-on cycle: {' -> '.join(path + (name,))}")
+            if name in done:
+                return
+            if name not in tasks:
+                raise KeyError(f"task {name!r} is not defined for environment {environment!r}")
+            for dep in tasks[name].depends_on:
+                visit(dep, path + (name,))
+            done.add(name)
+            out.append(tasks[name])
+
+        visit(task, ())
+        return out
+
+    def run(self, environment: str, task: str, args: list[str] = (), *, base_env: dict | None = None,
+            timeout: float = 900) -> list[tuple[Task, subprocess.CompletedProcess]]:
+        """Run TASK and what it depends on; stops at the first failure, like pixi."""
+        env = self.activation(environment, sys.prefix, dict(os.environ if base_env is None else base_env))
+        ran = []
+        chain = self.order(environment, task)
+        for step in chain:
+            if step.cmd is None:
+                continue
+            command = step.cmd + ("".join(" " + shlex.quote(a) for a in args) if step is chain[-1] else "")
+            cwd = self.root / step.cwd if step.cwd else self.root
+            result = subprocess.run(["bash", "-c", command], cwd=cwd, env={**env, **step.env},
+                                    capture_output=True, text=True, timeout=timeout)
+            ran.append((step, result))
+            if result.returncode != 0:
+                break
+        return ran

@@ -1,0 +1,108 @@
+"""pixi.toml's tasks run as `pixi run` runs them (tests/pixi_emulator.py), on this CPU machine."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pixi_emulator import Workspace
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKSPACE = Workspace(ROOT)
+SETUP_CHAIN = ["doctor", "fix-links", "build-helpers", "build-apex", "smoke"]
+
+
+def names(ran) -> list[str]:
+    return [task.name for task, _ in ran]
+
+
+def output(ran) -> str:
+    return "\n".join(result.stdout + result.stderr for _, result in ran)
+
+
+@pytest.mark.parametrize("environment", sorted(WORKSPACE.manifest["environments"]))
+def test_setup_runs_its_steps_in_depends_on_order(environment):
+    order = [t.name for t in WORKSPACE.order(environment, "setup") if t.cmd]
+    assert order == SETUP_CHAIN
+
+
+@pytest.mark.parametrize("environment", sorted(WORKSPACE.manifest["environments"]))
+def test_every_task_command_names_an_existing_script_or_gptforge_command(environment, cli):
+    for task in WORKSPACE.tasks(environment).values():
+        if task.cmd is None:
+            continue
+        words = task.cmd.split()
+        if words[0] == "python" and words[1].startswith("tasks/"):
+            assert (ROOT / words[1]).is_file(), task
+        elif words[0] == "gptforge":
+            sub = [w for w in words[1:] if not w.startswith("-")][:2]
+            assert cli(*sub, "--help").returncode == 0, task
+        else:
+            assert words[:3] == ["python", "-m", "pytest"], task
+
+
+def test_activation_points_cuda_home_at_each_layout():
+    env = WORKSPACE.activation("cuda-13-0", "/opt/env", {"PATH": "/usr/bin"})
+    assert env["CUDA_HOME"] == "/opt/env/lib/python3.12/site-packages/nvidia/cu13"
+    assert env["PATH"].startswith("/opt/env/lib/python3.12/site-packages/nvidia/cu13/bin:/opt/env/bin")
+    assert WORKSPACE.activation("cuda-12-9", "/opt/env", {})["CUDA_HOME"] == "/opt/env"
+    assert "CUDA_HOME" not in WORKSPACE.activation("cpu", "/opt/env", {})
+
+
+def test_the_cu13_activation_names_the_python_the_environment_pins():
+    python = WORKSPACE.manifest["feature"]["cuda-13-0"]["dependencies"]["python"]
+    home = WORKSPACE.manifest["feature"]["cuda-13-0"]["activation"]["env"]["CUDA_HOME"]
+    assert f"python{python.removesuffix('.*')}/" in home
+
+
+@pytest.fixture(scope="module")
+def setup_on_cpu(tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    base = {k: v for k, v in __import__("os").environ.items() if k not in ("CUDA_HOME", "CONDA_PREFIX")}
+    base.update(GPTFORGE_CACHE=str(home / "cache"), XDG_CACHE_HOME=str(home / "xdg"))
+    return WORKSPACE.run("cpu", "setup", base_env=base)
+
+
+def test_setup_completes_on_a_cpu_machine_and_names_its_skips(setup_on_cpu):
+    text = output(setup_on_cpu)
+    assert names(setup_on_cpu) == SETUP_CHAIN, text
+    assert all(result.returncode == 0 for _, result in setup_on_cpu), text
+    skips = re.findall(r"^(\S+): skipped: (.+)$", text, re.M)
+    assert [s for s, _ in skips] == ["fix-links", "build-apex"], text
+    assert "no CUDA toolkit" in skips[0][1]
+    assert re.search(r"ok   train: 30 steps of gpt2-tiny: validation loss ([\d.]+) -> ([\d.]+)", text), text
+    assert "smoke: passed" in text
+
+
+def test_setup_leaves_a_stamp_for_pixis_task_cache(setup_on_cpu):
+    stamp = Path(sys.prefix) / ".gptforge" / "build-helpers.json"
+    assert stamp.is_file()
+    outputs = WORKSPACE.manifest["tasks"]["build-helpers"]["outputs"]
+    assert any(Path(sys.prefix, ".gptforge", "build-helpers.json").match(o.replace(".pixi/envs/*/", "*/"))
+               for o in outputs)
+
+
+def test_a_failing_step_stops_the_chain(tmp_path):
+    broken = dict(__import__("os").environ, CXX=str(tmp_path / "no-such-compiler"),
+                  GPTFORGE_CACHE=str(tmp_path / "cache"))
+    broken.pop("CONDA_PREFIX", None)
+    ran = WORKSPACE.run("cpu", "setup", base_env=broken)
+    assert names(ran)[-1] == "build-helpers" and ran[-1][1].returncode != 0
+
+
+def test_task_arguments_are_appended_to_the_command(tmp_path):
+    ran = WORKSPACE.run("cpu", "train-gpt2", ["train-iters=3", "eval-interval=3", "lr-warmup-iters=1", "--run-dir", str(tmp_path / "r")])
+    text = output(ran)
+    assert ran[-1][1].returncode == 0, text
+    assert "training the tiny config (gpt2-tiny) on the CPU" in text
+    assert (tmp_path / "r" / "checkpoints").is_dir()
+
+
+def test_steps_script_refuses_an_unknown_step():
+    out = subprocess.run([sys.executable, str(ROOT / "tasks" / "steps.py"), "build-everything"],
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "usage: python tasks/steps.py" in out.stderr
