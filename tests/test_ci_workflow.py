@@ -1,0 +1,81 @@
+"""The GitHub workflow: valid by GitHub's schema, pinned to the pixi pixi.toml requires, and a matrix
+over exactly the manifest's environments, each CUDA one installing on CPU runners by override."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+MANIFEST = tomllib.loads((ROOT / "pixi.toml").read_text(encoding="utf-8"))
+CI = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8"))
+
+
+def check_jsonschema() -> str:
+    found = Path(sys.executable).parent / "check-jsonschema"
+    if found.exists():
+        return str(found)
+    path = shutil.which("check-jsonschema")
+    if path is None:
+        pytest.fail("check-jsonschema is not installed: pip install -e '.[test]'")
+    return path
+
+
+def validate(paths) -> subprocess.CompletedProcess:
+    return subprocess.run([check_jsonschema(), "--builtin-schema", "vendor.github-workflows", *map(str, paths)],
+                          capture_output=True, text=True)
+
+
+def test_workflows_validate_against_githubs_schema():
+    assert WORKFLOWS
+    result = validate(WORKFLOWS)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_schema_check_catches_a_broken_workflow(tmp_path):
+    broken = dict(CI)
+    broken["jobs"] = {"lock": {**CI["jobs"]["lock"], "runs-on": None, "step": []}}
+    path = tmp_path / "broken.yml"
+    path.write_text(yaml.safe_dump(broken), encoding="utf-8")
+    assert validate([path]).returncode != 0
+
+
+def setup_pixi_steps():
+    for job in CI["jobs"].values():
+        for step in job["steps"]:
+            if step.get("uses", "").startswith("prefix-dev/setup-pixi@"):
+                yield step
+
+
+def test_every_job_installs_the_pixi_the_manifest_requires_from_the_lock():
+    required = MANIFEST["workspace"]["requires-pixi"]
+    lowest = required.split(",")[0].removeprefix(">=")
+    steps = list(setup_pixi_steps())
+    assert len(steps) == len(CI["jobs"])
+    for step in steps:
+        assert step["with"]["pixi-version"] == f"v{lowest}"
+        assert step["with"]["locked"] is True
+
+
+def test_the_matrix_covers_every_environment_with_its_cuda_override():
+    rich = {p["name"]: p["cuda"] for p in MANIFEST["workspace"]["platforms"] if isinstance(p, dict)}
+    expected = {}
+    for name, env in MANIFEST["environments"].items():
+        platforms = [p for f in env["features"] for p in MANIFEST["feature"][f].get("platforms", [])]
+        expected[name] = next((rich[p] for p in platforms if p in rich), "")
+    matrix = {row["environment"]: row["cuda"] for row in CI["jobs"]["environments"]["strategy"]["matrix"]["include"]}
+    assert matrix == expected
+    assert CI["jobs"]["environments"]["env"]["CONDA_OVERRIDE_CUDA"] == "${{ matrix.cuda }}"
+
+
+def test_gpu_tests_run_on_a_self_hosted_gpu_runner():
+    gpu = CI["jobs"]["gpu"]
+    assert "self-hosted" in gpu["runs-on"] and "gpu" in gpu["runs-on"]
+    assert any("test -m gpu" in step.get("run", "") for step in gpu["steps"])
