@@ -127,9 +127,15 @@ def test_every_spec_parses(kind, where, name, spec):
 
 
 def test_every_environment_is_in_environments_toml_and_back():
-    assert set(MANIFEST["environments"]) == set(ENVIRONMENTS)
-    for name, spec in MANIFEST["environments"].items():
+    named = {n: spec for n, spec in MANIFEST["environments"].items() if n != "default"}
+    assert set(named) == set(ENVIRONMENTS)
+    for name, spec in named.items():
         assert spec["solve-group"] == name, "each environment solves on its own"
+
+
+def test_the_default_environment_is_the_cuda_13_line_solved_with_it():
+    default, line = MANIFEST["environments"]["default"], MANIFEST["environments"]["cuda-13-0"]
+    assert default == line
 
 
 @pytest.mark.parametrize("name", sorted(ENVIRONMENTS))
@@ -160,7 +166,7 @@ def compat_args(name: str, gcc: str) -> list[str]:
 
 
 @pytest.mark.parametrize("end", [0, 1], ids=["oldest-gcc", "newest-gcc"])
-@pytest.mark.parametrize("name", sorted(MANIFEST["environments"]))
+@pytest.mark.parametrize("name", sorted(ENVIRONMENTS))
 def test_every_environment_passes_compat_check_as_declared(cli, name, end):
     args = compat_args(name, Declared(name).gcc[end])
     result = cli(*args, "--json")
