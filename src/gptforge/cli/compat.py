@@ -182,7 +182,8 @@ def run_recommend(args) -> int:
         table.add_row(env.name, env.cuda or "-", mark, Text("\n".join(verdict.reasons) or "no problem found"))
     console.print(table)
     if result.ok:
-        console.print(f"use [bold]{result.chosen.name}[/]: pixi run -e {result.chosen.name} setup")
+        console.print(f"use [bold]{result.chosen.name}[/]: {result.chosen.setup}")
+        console.print(f"without pixi: {result.chosen.venv}", markup=False)
         return 0
     sys.stderr.write(f"gptforge: {result.reason}\n")
     return 1

@@ -22,6 +22,7 @@ class Environment:
     gcc: tuple[str, str]
     why: str
     source: str
+    venv: str
     cuda: str | None = None
     cudnn: str | None = None
     nccl: str | None = None
@@ -35,6 +36,15 @@ class Environment:
     @property
     def cuda_version(self) -> CudaVersion | None:
         return parse_cuda(self.cuda) if self.cuda else None
+
+    @property
+    def setup(self) -> str:
+        return "pixi run -e " + self.name + " setup"
+
+    @property
+    def install_hint(self) -> str:
+        """How to get this environment, with pixi and without."""
+        return f"{self.setup} (without pixi: {self.venv})"
 
     def covers(self, cc: CC) -> bool:
         return any(runs_on(parse_arch(a), cc) for a in self.sm)
@@ -62,7 +72,7 @@ def environments() -> tuple[Environment, ...]:
     return tuple(
         Environment(
             name=row["name"], torch=row["torch"], torch_channel=row["torch_channel"], python=row["python"],
-            gcc=tuple(row["gcc"]), why=" ".join(row["why"].split()), source=row["source"],
+            gcc=tuple(row["gcc"]), why=" ".join(row["why"].split()), source=row["source"], venv=row["venv"],
             cuda=row.get("cuda"), cudnn=row.get("cudnn"), nccl=row.get("nccl"),
             min_driver=row.get("min_driver"), sm=tuple(row.get("sm", ())),
         )
@@ -101,7 +111,8 @@ class Recommendation:
         return {
             "ok": self.ok,
             "environment": self.chosen.name if self.chosen else None,
-            "setup": f"pixi run -e {self.chosen.name} setup" if self.chosen else None,
+            "setup": self.chosen.setup if self.chosen else None,
+            "venv": self.chosen.venv if self.chosen else None,
             "reason": self.reason,
             "environments": [
                 {"name": v.environment.name, "cuda": v.environment.cuda, "fits": v.fits, "reasons": list(v.reasons)}

@@ -28,7 +28,7 @@ def _at_least(version: Version, minimum: Version) -> bool:
 
 
 def _env_hint(ctx: Context, suggest: bool, *, driver: DriverVersion | None = None) -> str | None:
-    """'use the cuda-12-6 environment: pixi run -e cuda-12-6 setup' for this driver and GPUs."""
+    """'use the cuda-12-6 environment: pixi run -e cuda-12-6 setup (without pixi: ...)' for this machine."""
     if not suggest:
         return None
     from gptforge.compat.project_envs import recommend_environment
@@ -36,7 +36,7 @@ def _env_hint(ctx: Context, suggest: bool, *, driver: DriverVersion | None = Non
     env = recommend_environment(driver or ctx.driver, ctx.ccs)
     if env is None or env.cuda is None:
         return None
-    return f"use the {env.name} environment: pixi run -e {env.name} setup"
+    return f"use the {env.name} environment: {env.install_hint}"
 
 
 def _join(*parts: str | None) -> str:
