@@ -86,19 +86,23 @@ class Workspace:
         visit(task, ())
         return out
 
-    def run(self, environment: str, task: str, args: list[str] = (), *, base_env: dict | None = None,
+    def run_one(self, environment: str, task: Task, args=(), *, base_env: dict | None = None,
+                prefix: str = sys.prefix, timeout: float = 900) -> subprocess.CompletedProcess:
+        """One task's command, without what it depends on (`pixi run --skip-deps`)."""
+        env = self.activation(environment, prefix, dict(os.environ if base_env is None else base_env))
+        command = task.cmd + "".join(" " + shlex.quote(a) for a in args)
+        cwd = self.root / task.cwd if task.cwd else self.root
+        return subprocess.run(["bash", "-c", command], cwd=cwd, env={**env, **task.env},
+                              capture_output=True, text=True, timeout=timeout)
+
+    def run(self, environment: str, task: str, args=(), *, base_env: dict | None = None,
             timeout: float = 900) -> list[tuple[Task, subprocess.CompletedProcess]]:
         """Run TASK and what it depends on; stops at the first failure, like pixi."""
-        env = self.activation(environment, sys.prefix, dict(os.environ if base_env is None else base_env))
+        chain = [t for t in self.order(environment, task) if t.cmd is not None]
         ran = []
-        chain = self.order(environment, task)
         for step in chain:
-            if step.cmd is None:
-                continue
-            command = step.cmd + ("".join(" " + shlex.quote(a) for a in args) if step is chain[-1] else "")
-            cwd = self.root / step.cwd if step.cwd else self.root
-            result = subprocess.run(["bash", "-c", command], cwd=cwd, env={**env, **step.env},
-                                    capture_output=True, text=True, timeout=timeout)
+            result = self.run_one(environment, step, args if step is chain[-1] else (), base_env=base_env,
+                                  timeout=timeout)
             ran.append((step, result))
             if result.returncode != 0:
                 break
