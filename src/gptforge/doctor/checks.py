@@ -48,7 +48,8 @@ def check_torch(machine: dict) -> list[Finding]:
     torch, gpu = machine["torch"], _has_gpu(machine)
     if not torch["installed"]:
         return [Finding("torch-missing", W if gpu else I, "torch is not installed in this Python",
-                        "install the project's locked environment (pixi run setup) or pip install torch")]
+                        "install the project's locked environment: pixi run setup, or without pixi the pip line "
+                        "gptforge compat recommend prints for this machine")]
     if torch["error"]:
         return [Finding("torch-import-failed", E, torch["error"],
                         "reinstall torch in this environment; an 'undefined symbol' names the library that "
