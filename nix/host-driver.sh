@@ -14,7 +14,11 @@
 # Runs on the host before the sandbox starts, with bash builtins only.
 set -u
 
-dest=${1:?usage: host-driver.sh DEST [DIR...]}
+if (($# < 1)); then
+    echo "usage: host-driver.sh DEST [DIR...]" >&2
+    exit 2
+fi
+dest=$1
 shift
 
 if [[ -n ${GPTFORGE_DRIVER_DIR:-} ]]; then
