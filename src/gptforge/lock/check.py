@@ -45,19 +45,16 @@ def _records(lock_path: Path, env_name: str) -> list:
 
 
 def _vp_matches(spec: str, virtual: list[str]) -> bool:
-    from rattler import MatchSpec, Version as RVersion
-
-    ms = MatchSpec(spec)
+    name, _, version_spec = spec.partition(" ")
     for vp in virtual:
-        name, version, *_ = vp.split("=")
-        if name == ms.name.normalized:
-            return ms.version is None or ms.version.matches(RVersion(version)) if hasattr(ms.version, "matches") \
-                else _version_in(version, str(ms.version))
+        vp_name, version, *_ = vp.split("=")
+        if vp_name == name:
+            return not version_spec.strip() or _version_in(version, version_spec.split(" ")[0])
     return False
 
 
 def _version_in(version: str, spec: str) -> bool:
-    from rattler import VersionSpec, Version as RVersion
+    from rattler import Version as RVersion, VersionSpec
 
     return VersionSpec(spec).matches(RVersion(version))
 
@@ -99,7 +96,7 @@ def conda_problems(manifest: Manifest, env: Environment, section: dict, store: S
     stored = store.records()
     for r in records:
         known = stored.get(r.url)
-        if known is None or known.sha256 != r.sha256:
+        if known is None or known.sha256 != r.sha256.hex():
             out.append(Problem(env.name, "unrecorded", f"{r.url} is not a recorded public record"
                                                        + (" (sha256 differs)" if known else "")))
     del records, by_name

@@ -80,16 +80,13 @@ def conda_lock(manifest: Manifest, env: Environment, lock: dict) -> str:
 
 
 def requirements(manifest: Manifest, env: Environment, lock: dict) -> str:
+    """name==version with its locked sha256; a per-package index (pixi's `index = ...`) is an extra index."""
     _, pypi = env_packages(lock, env.name)
-    lines = [HEADER.rstrip()]
+    extra = sorted({s.index for s in env.pypi.values() if s.index})
+    lines = [HEADER.rstrip(), *(f"--extra-index-url {url}" for url in extra)]
     for entry in pypi:
-        if not entry.get("sha256"):
-            continue
-        url = entry["pypi"]
-        on_index = any(url.startswith("https://files.pythonhosted.org/") for _ in [0]) and \
-            manifest.indexes[0] == "https://pypi.org/simple"
-        pin = f"{entry['name']}=={entry['version']}" if on_index else f"{entry['name']} @ {url}"
-        lines.append(f"{pin} \\\n    --hash=sha256:{entry['sha256']}")
+        if entry.get("sha256"):  # the editable project has none: `pip install -e . --no-deps`
+            lines.append(f"{entry['name']}=={entry['version']} \\\n    --hash=sha256:{entry['sha256']}")
     return "\n".join(lines) + "\n"
 
 

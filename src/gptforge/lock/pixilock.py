@@ -31,6 +31,8 @@ def conda_entry(record_json: str) -> dict:
     data = json.loads(record_json)
     entry = {"conda": data["url"]}
     entry.update({k: v for k, v in data.items() if k not in OMIT})
+    if isinstance(entry.get("track_features"), str):  # repodata's string, the lock's list
+        entry["track_features"] = entry["track_features"].replace(",", " ").split()
     return entry
 
 
