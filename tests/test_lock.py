@@ -63,10 +63,10 @@ def test_conda_lock_parses_every_export():
         assert parsed.package and all(p.hash.sha256 for p in parsed.package)
 
 
-def _replace(path: Path, old: str, new: str, count: int = 0) -> None:
+def _replace(path: Path, old: str, new: str) -> None:
     text = path.read_text()
     assert old in text, old
-    path.write_text(text.replace(old, new, count))
+    path.write_text(text.replace(old, new))
 
 
 def _mutate_pin(root):
