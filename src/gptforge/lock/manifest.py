@@ -1,0 +1,121 @@
+"""What pixi.toml asks for, resolved per environment as pixi does (default feature + named features)."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gptforge.errors import GptforgeError
+from gptforge.lock.facts import platform_defaults
+
+DEFAULT_INDEX = "https://pypi.org/simple"
+
+
+@dataclass(frozen=True)
+class Platform:
+    name: str                 # as written in the lock: linux-64, or the rich platform's name
+    subdir: str
+    cuda: str | None = None
+
+    def virtual_packages(self) -> list[str]:
+        """pixi's virtual packages for this platform: __cuda first, then the subdir's defaults."""
+        cuda = [f"__cuda={self.cuda}"] if self.cuda else []
+        return cuda + platform_defaults(self.subdir)
+
+
+@dataclass(frozen=True)
+class PypiSpec:
+    name: str
+    version: str = ""             # PEP 440 specifier, "" for any
+    index: str | None = None      # a per-package index (pixi's `index = ...`)
+    path: str | None = None       # a local source (the project itself)
+    editable: bool = False
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.name}{self.version}"
+
+
+@dataclass(frozen=True)
+class Environment:
+    name: str
+    platform: Platform
+    conda: dict[str, str]              # name -> match spec version part, as in the manifest
+    pypi: dict[str, PypiSpec]
+    solve_group: str | None = None
+
+    def conda_specs(self) -> list[str]:
+        return [f"{name} {_conda_version(spec)}".strip() for name, spec in self.conda.items()]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path
+    channels: tuple[str, ...]
+    platforms: dict[str, Platform]
+    environments: dict[str, Environment]
+    indexes: tuple[str, ...] = (DEFAULT_INDEX,)
+    no_build_isolation: tuple[str, ...] = field(default=())
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+
+def channel_url(channel: str) -> str:
+    """A channel as pixi writes it in the lock: a bare name is a conda.anaconda.org channel."""
+    if "://" in channel:
+        return channel.rstrip("/") + "/"
+    return f"https://conda.anaconda.org/{channel}/"
+
+
+def _conda_version(spec) -> str:
+    if isinstance(spec, str):
+        return "" if spec == "*" else spec
+    if isinstance(spec, dict) and set(spec) <= {"version"}:
+        return _conda_version(spec.get("version", "*"))
+    raise GptforgeError(f"pixi.toml: conda spec {spec!r} is not supported by the offline builder",
+                        "use a version string, or run `pixi lock` where pixi runs")
+
+
+def _pypi_spec(name: str, spec) -> PypiSpec:
+    if isinstance(spec, str):
+        return PypiSpec(name, "" if spec == "*" else spec)
+    return PypiSpec(name, spec.get("version", ""), spec.get("index"), spec.get("path"), bool(spec.get("editable")))
+
+
+def _platforms(entries: list) -> dict[str, Platform]:
+    platforms = {}
+    for entry in entries:
+        if isinstance(entry, str):
+            platforms[entry] = Platform(entry, entry)
+        else:
+            platforms[entry["name"]] = Platform(entry["name"], entry["platform"], entry.get("cuda"))
+    return platforms
+
+
+def load(path: Path) -> Manifest:
+    """Read pixi.toml; a manifest the offline builder cannot represent is a one-line error."""
+    try:
+        doc = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise GptforgeError(f"{path}: cannot read the manifest: {err}", "pass --manifest PATH to a pixi.toml")
+    workspace = doc.get("workspace") or doc.get("project") or {}
+    platforms = _platforms(workspace.get("platforms", []))
+    features = doc.get("feature", {})
+    envs = {}
+    for env_name, entry in doc.get("environments", {}).items():
+        entry = {"features": entry} if isinstance(entry, list) else entry
+        parts = ([] if entry.get("no-default-feature") else [doc]) + [features[f] for f in entry["features"]]
+        env_platforms = [p for part in parts for p in part.get("platforms", [])] or list(platforms)
+        if len(env_platforms) != 1:
+            raise GptforgeError(f"pixi.toml: environment {env_name} has {len(env_platforms)} platforms",
+                                "the offline builder locks one platform per environment")
+        conda = {k: v for part in parts for k, v in part.get("dependencies", {}).items()}
+        pypi = {k: _pypi_spec(k, v) for part in parts for k, v in part.get("pypi-dependencies", {}).items()}
+        envs[env_name] = Environment(env_name, platforms[env_platforms[0]], conda, pypi, entry.get("solve-group"))
+    options = doc.get("pypi-options", {})
+    indexes = tuple([options.get("index-url", DEFAULT_INDEX)] + options.get("extra-index-urls", []))
+    return Manifest(Path(path), tuple(channel_url(c) for c in workspace.get("channels", [])), platforms, envs,
+                    indexes, tuple(options.get("no-build-isolation", ())))

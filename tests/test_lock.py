@@ -1,0 +1,115 @@
+"""pixi.lock and envs/: parsed by rattler and conda-lock, rebuilt offline byte for byte, checked, and
+each of five mutations caught by `gptforge lock check` with a precise line."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gptforge.lock import check, manifest, pixilock, store
+from gptforge.lock.build import build
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def workspace(tmp_path):
+    for name in ("pixi.toml", "pyproject.toml", "pixi.lock"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "envs", tmp_path / "envs")
+    return tmp_path
+
+
+def _check(root: Path) -> list[check.Problem]:
+    m = manifest.load(root / "pixi.toml")
+    return check.check(m, store.Store(m.root / "envs" / "records"))
+
+
+def test_every_environment_is_locked_for_its_platform():
+    from rattler import LockFile
+
+    m = manifest.load(ROOT / "pixi.toml")
+    lock = LockFile.from_path(ROOT / "pixi.lock")
+    names = pixilock.lock_platform_names(m)
+    for env in m.environments.values():
+        locked = lock.environment(env.name)
+        assert locked is not None, env.name
+        assert [p.name for p in locked.platforms()] == [names[env.platform.name]]
+    del lock, locked
+
+
+def test_offline_rebuild_gives_the_committed_bytes(workspace):
+    m = manifest.load(workspace / "pixi.toml")
+    build(m, store.Store(workspace / "envs" / "records"))
+    for path in [workspace / "pixi.lock", *sorted((workspace / "envs").glob("*/*.*"))]:
+        rel = path.relative_to(workspace)
+        assert path.read_bytes() == (ROOT / rel).read_bytes(), rel
+
+
+def test_lock_check_passes():
+    assert [p.line() for p in _check(ROOT)] == []
+
+
+def test_conda_lock_parses_every_export():
+    from conda_lock.lockfile import parse_conda_lock_file
+
+    paths = sorted(ROOT.glob("envs/*/conda-lock.yml"))
+    assert len(paths) == 4
+    for path in paths:
+        parsed = parse_conda_lock_file(path)
+        assert parsed.package and all(p.hash.sha256 for p in parsed.package)
+
+
+def _replace(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new))
+
+
+def _mutate_pin(root):
+    _replace(root / "pixi.toml", 'nccl = "2.28.*"', 'nccl = "2.27.*"')
+    return "manifest spec 'nccl 2.27.*' is not satisfied by the lock"
+
+
+def _mutate_missing_dependency(root):
+    lock = root / "pixi.lock"
+    line = next(l for l in lock.read_text().splitlines() if "/linux-64/libzlib-" in l and l.startswith("      - conda:"))
+    _replace(lock, line + "\n", "")
+    return "depends on 'libzlib"
+
+
+def _mutate_pypi_hash(root):
+    lock = root / "pixi.lock"
+    sha = re.search(r"- pypi: https://files\.pythonhosted\.org/\S+numpy\S+\n(?:  .*\n)*?  sha256: (\w+)", lock.read_text()).group(1)
+    _replace(lock, sha, "0" * 64)
+    return "requirements.txt differs from pixi.lock"
+
+
+def _mutate_other_cuda_build(root):
+    lock = root / "pixi.lock"
+    text = lock.read_text()
+    here = re.search(r"conda-forge/linux-64/(pytorch-2\.7\.1-cuda129_\S+\.conda)", text).group(1)
+    records = (root / "envs/records/records.tsv").read_text()
+    other = re.search(r"\t(pytorch-2\.7\.1-cuda126_\S+\.conda)\t", records).group(1)
+    lock.write_text(text.replace(here, other))
+    return "torch is built for CUDA 12.6, the platform declares 12.9"
+
+
+def _mutate_nvcc(root):
+    lock = root / "pixi.lock"
+    text = lock.read_text()
+    here = re.search(r"linux-64/(cuda-nvcc-tools-12\.6\S+\.conda)", text).group(1)
+    other = re.search(r"\t(cuda-nvcc-tools-12\.9\S+\.conda)\t", (root / "envs/records/records.tsv").read_text()).group(1)
+    lock.write_text(text.replace(here, other))
+    return "torch's CUDA 12.6 differs from nvcc 12.9"
+
+
+@pytest.mark.parametrize("mutate", [_mutate_pin, _mutate_missing_dependency, _mutate_pypi_hash,
+                                    _mutate_other_cuda_build, _mutate_nvcc])
+def test_lock_check_catches_a_mutation(workspace, mutate):
+    expected = mutate(workspace)
+    lines = [p.line() for p in _check(workspace)]
+    assert any(expected in line for line in lines), lines
