@@ -76,7 +76,7 @@ class Declared:
             self.torch, self.torch_channel = pypi_pin(self.pypi["torch"]), "pypi"
         else:
             self.torch, self.torch_channel = conda_release(self.conda["pytorch-gpu"]), "conda-forge"
-        nvcc = self._first(("cuda-nvcc", "cuda-nvcc-impl"), ("nvidia-cuda-nvcc",))
+        nvcc = self._first(("cuda-nvcc", "cuda-nvcc-impl", "cuda-nvcc-tools"), ("nvidia-cuda-nvcc",))
         self.nvcc = ".".join(nvcc.split(".")[:2]) if nvcc else None  # the CUDA release it belongs to
         self.cudnn = self._first(("cudnn",), ("nvidia-cudnn-cu12", "nvidia-cudnn-cu13"))
         self.nccl = self._first(("nccl",), ("nvidia-nccl-cu12", "nvidia-nccl-cu13"))
