@@ -64,7 +64,7 @@ BROKEN = {
     "clang 20 with CUDA 12.8": (dict(cuda="12.8", clang="20.1"), "clang-unsupported"),
     "gcc 10 with torch 2.13 (C++20 headers)": (dict(torch="2.13.0+cu130", gcc="10.5"), "cxx-standard-unsupported"),
     "nvcc 11.8 with torch 2.13": (dict(torch="2.13.0", cuda="11.8"), "cxx-standard-unsupported"),
-    "Python 3.13 with torch 2.5": (dict(torch="2.5.1+cu124", python="3.13"), "python-unsupported"),
+    "Python 3.12 with torch 2.1 (no cp312 wheel)": (dict(torch="2.1.0", python="3.12"), "python-unsupported"),
     "cuDNN 9.10 (CUDA 12 build) with torch cu130": (dict(torch="2.11.0+cu130", cudnn="9.10.2"),
                                                     "cudnn-cuda-mismatch"),
     "cuDNN 9.17 on a V100": (dict(ccs=((7, 0),), cudnn="9.17.0"), "cudnn-arch-unsupported"),

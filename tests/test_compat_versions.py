@@ -106,7 +106,10 @@ def test_driver_examples(text, canonical):
 def test_driver_compares_numerically():
     assert parse_driver("535.104.05") > parse_driver("535.54.03")
     assert parse_driver("570.26") < parse_driver("570.124.06")
-    assert parse_driver("580") < parse_driver("580.65.06")
+    # a branch stands for its newest release: a floor inside the branch counts as met
+    assert parse_driver("580") > parse_driver("580.65.06")
+    assert parse_driver("580") < parse_driver("590.44.01")
+    assert parse_driver("11040").reports_cuda == parse_cuda("11.4")
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,9 @@ def _arg_type(parse, *, keep_text: bool = True):
     return convert
 
 
+_RECIPES = ("delayed-scaling", "current-scaling", "float8-block-scaling", "mxfp8", "nvfp4")
+
+
 class _Once(argparse.Action):
     """Store a flag's value; the same flag given again with another value is a conflict, not an override."""
 
@@ -43,16 +46,17 @@ class _Once(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def _full_driver(text: str):
-    from gptforge.compat import VersionError, parse_driver
+def _driver(text: str):
+    from gptforge.compat import parse_driver
 
-    if len(parse_driver(text).parts) < 2:
-        raise VersionError(f"{text!r} is a driver branch; give the full version nvidia-smi prints, e.g. 580.65.06")
+    parse_driver(text)
 
 
 def _known_arch_list(text: str):
     from gptforge.compat import VersionError, format_cc, parse_arch_list, validate_cc
 
+    if text.strip() in ("", "native"):
+        return  # torch's cpp_extension then builds for the visible GPUs itself
     sass, _ = parse_arch_list(text)
     if not sass:
         raise VersionError(f"{text!r} names no architecture (e.g. '9.0' or '8.0;9.0+PTX')")
@@ -90,7 +94,8 @@ def register(subparsers, groups) -> None:
     commands = group(subparsers, groups, "compat", "check version combinations; pick an environment")
 
     check = commands.add_parser("check", help="judge a combination of versions (offline)", description=_CHECK_HELP)
-    _version_flag(check, "--driver", _full_driver, "V", "NVIDIA driver, e.g. 580.65.06")
+    _version_flag(check, "--driver", _driver, "V",
+                  "NVIDIA driver: 580.65.06, a branch (560) or the number torch prints (11040)")
     _add_gpu_flags(check)
     _version_flag(check, "--cuda", parse_cuda, "X.Y", "CUDA toolkit (nvcc) that builds extensions, e.g. 12.4")
     _version_flag(check, "--torch", parse_torch, "V[+cuXYZ]", "torch, e.g. 2.11.0+cu130")
@@ -106,6 +111,10 @@ def register(subparsers, groups) -> None:
                   "DeepSpeed version (its nvcc and arch-list checks apply)")
     _version_flag(check, "--transformer-engine", lambda v: parse_release(v, "TransformerEngine"), "V",
                   "TransformerEngine version (its CC/CUDA/cuDNN floor and FP8 apply)")
+    _version_flag(check, "--flash-attn", lambda v: parse_release(v, "flash-attn"), "V",
+                  "flash-attn version (its nvcc floor and GPU support apply)")
+    check.add_argument("--fp8", action="store_true", help="the run trains in FP8 (TransformerEngine fp8_autocast)")
+    check.add_argument("--recipe", choices=_RECIPES, help="the TransformerEngine FP8 recipe (implies --fp8)")
     _version_flag(check, "--torch-arch-list", _known_arch_list, "LIST",
                   "arches the torch build has kernels for, e.g. 'sm_80 sm_90' (default: the published build's)")
     _version_flag(check, "--arch-list", _known_arch_list, "LIST",
@@ -114,7 +123,7 @@ def register(subparsers, groups) -> None:
 
     recommend = commands.add_parser("recommend", help="pick the environment that fits a machine",
                                     description=_RECOMMEND_HELP)
-    _version_flag(recommend, "--driver", _full_driver, "V", "NVIDIA driver, e.g. 535.104.05 (nvidia-smi)",
+    _version_flag(recommend, "--driver", _driver, "V", "NVIDIA driver, e.g. 535.104.05 (nvidia-smi)",
                   required=True)
     _add_gpu_flags(recommend)
     recommend.set_defaults(func=run_recommend)
@@ -137,7 +146,8 @@ def combination_from_args(args):
         torch_cuda=args.torch_cuda, torch_arch_list=tuple(arch_list) if arch_list else None, python=args.python,
         gcc=args.gcc, clang=args.clang, cudnn=args.cudnn, nccl=args.nccl, apex=args.apex,
         deepspeed=args.deepspeed, transformer_engine=args.transformer_engine,
-        torch_cuda_arch_list_env=args.arch_list,
+        torch_cuda_arch_list_env=args.arch_list, flash_attn=args.flash_attn,
+        fp8=args.fp8 or bool(args.recipe), recipe=args.recipe,
     )
 
 

@@ -16,8 +16,11 @@ class Combination:
     torch_cuda      CUDA torch was built with ("13.0"); must agree with a +cuXYZ tag
     torch_arch_list SASS arches the torch build has kernels for, ("sm_90", "sm_100") or ("9.0",)
     python, gcc, clang, cudnn, nccl   versions
-    apex, deepspeed, transformer_engine   installed version (or commit) of each, None if absent
-    torch_cuda_arch_list_env   the TORCH_CUDA_ARCH_LIST value extension builds will use
+    apex, deepspeed, transformer_engine, flash_attn   installed version (or commit) of each, None if absent
+    torch_cuda_arch_list_env   the TORCH_CUDA_ARCH_LIST value extension builds will use (None: unset)
+    fp8             the run trains in FP8 (TransformerEngine's fp8_autocast)
+    recipe          the TransformerEngine FP8 recipe: delayed-scaling, current-scaling,
+                    float8-block-scaling, mxfp8 or nvfp4
     """
 
     driver: str | None = None
@@ -35,3 +38,6 @@ class Combination:
     deepspeed: str | None = None
     transformer_engine: str | None = None
     torch_cuda_arch_list_env: str | None = None
+    flash_attn: str | None = None
+    fp8: bool = False
+    recipe: str | None = None

@@ -51,6 +51,7 @@ class Context:
     nccl: Version | None = None
     deepspeed: Version | None = None
     transformer_engine: Version | None = None
+    flash_attn: Version | None = None
     arch_env: tuple[list[Arch], list[Arch]] | None = None
     problems: list[Finding] = field(default_factory=list)
 
@@ -109,9 +110,23 @@ def _arch_list_env(value: str | None, facts: Facts) -> str | None:
     return value
 
 
+def _driver(ctx: Context) -> DriverVersion | None:
+    """The driver; one given as the CUDA version it reports ("11040") becomes that CUDA's own driver,
+    the lowest that reports it."""
+    driver = _read(ctx, "driver", ctx.combo.driver, parse_driver)
+    if driver is None or driver.reports_cuda is None:
+        return driver
+    lowest = ctx.facts.toolkit_driver(driver.reports_cuda.release)
+    if lowest is None:
+        ctx.problems.append(Finding("cuda-unknown", Severity.WARNING,
+                                    f"{driver}: CUDA {driver.reports_cuda} is not in gptforge's tables; "
+                                    "the driver rules were skipped", "give the driver version nvidia-smi prints"))
+    return lowest
+
+
 def build_context(combo: Combination, facts: Facts) -> Context:
     ctx = Context(combo, facts)
-    ctx.driver = _read(ctx, "driver", combo.driver, parse_driver)
+    ctx.driver = _driver(ctx)
     ctx.ccs = tuple(sorted(set(combo.ccs or ())))
     ctx.nvcc = _read(ctx, "cuda", combo.cuda, parse_cuda)
     ctx.torch = _read(ctx, "torch", combo.torch, parse_torch)
@@ -138,6 +153,7 @@ def build_context(combo: Combination, facts: Facts) -> Context:
     ctx.deepspeed = _read(ctx, "deepspeed", combo.deepspeed, lambda v: parse_release(v, "DeepSpeed"))
     ctx.transformer_engine = _read(ctx, "transformer_engine", combo.transformer_engine,
                                    lambda v: parse_release(v, "TransformerEngine"))
+    ctx.flash_attn = _read(ctx, "flash_attn", combo.flash_attn, lambda v: parse_release(v, "flash-attn"))
     ctx.arch_env = _read(ctx, "TORCH_CUDA_ARCH_LIST", _arch_list_env(combo.torch_cuda_arch_list_env, facts),
                          parse_arch_list)
     return ctx

@@ -66,12 +66,29 @@ class TorchVariant:
 
 
 @dataclass(frozen=True)
+class CppExtension:
+    """What one torch release's cpp_extension does with TORCH_CUDA_ARCH_LIST (None: not known)."""
+
+    accepts: frozenset[str] | None = None
+    rejects: frozenset[str] = frozenset()
+    suffix_crash: bool | None = None
+    source: str = ""
+
+    def rejected(self, arch: str) -> bool | None:
+        """Does cpp_extension refuse this arch ("9.0", "10.1")? None when the table is not known."""
+        if self.accepts is not None:
+            return arch not in self.accepts
+        return True if arch in self.rejects else None
+
+
+@dataclass(frozen=True)
 class TorchRelease:
     release: str
     python: tuple[Version, Version]
     cxx: int
     variants: tuple[TorchVariant, ...]
     source: str
+    extension: CppExtension = CppExtension()
 
     def variant(self, cuda: CudaVersion, channel: str | None = None) -> TorchVariant | None:
         found = [v for v in self.variants if _cuda_key(v.cuda) == _cuda_key(cuda)]
@@ -106,6 +123,7 @@ class Facts:
     cxx_nvcc_min: dict[int, CudaVersion] = field(default_factory=dict)
     cudnn: tuple[CudnnRow, ...] = ()
     extensions: dict = field(default_factory=dict)
+    torch_python: dict[str, tuple[Version, ...]] = field(default_factory=dict)
 
     # --- drivers -------------------------------------------------------------------------
 
@@ -144,6 +162,10 @@ class Facts:
 
     def torch_release(self, release: str) -> TorchRelease | None:
         return self.torch.get(release)
+
+    def python_tags(self, torch_version: Version) -> tuple[Version, ...] | None:
+        """The Pythons PyPI has linux x86_64 wheels of this exact torch version for (None: not recorded)."""
+        return self.torch_python.get(torch_version.base_version)
 
     def cudnn_row(self, version: Version) -> CudnnRow | None:
         key = f"{version.major}.{version.minor}"
@@ -207,10 +229,24 @@ def _load_torch(facts: Facts) -> None:
         facts.cxx_gcc_min[row["std"]] = Version(row["gcc_min"])
         if "nvcc_min" in row:
             facts.cxx_nvcc_min[row["std"]] = parse_cuda(row["nvcc_min"])
+    extensions = _cpp_extensions(table.get("cpp_extension", []))
     for row in table["release"]:
         low, high = (Version(p) for p in row["python"])
         variants = tuple(_variant(v, row["source"]) for v in row.get("variant", []))
-        facts.torch[row["version"]] = TorchRelease(row["version"], (low, high), row["cxx"], variants, row["source"])
+        facts.torch[row["version"]] = TorchRelease(row["version"], (low, high), row["cxx"], variants, row["source"],
+                                                   extensions.get(row["version"], CppExtension()))
+    python = load_table("torch_python.toml")
+    facts.torch_python = {row["version"]: tuple(Version(p) for p in row["python"]) for row in python["wheel"]}
+
+
+def _cpp_extensions(rows: list[dict]) -> dict[str, CppExtension]:
+    found: dict[str, CppExtension] = {}
+    for row in rows:
+        accepts = frozenset(row["accepts"].split()) if "accepts" in row else None
+        entry = CppExtension(accepts, frozenset(row.get("rejects", ())), row.get("suffix_crash"), row["source"])
+        for release in row["releases"]:
+            found[release] = entry
+    return found
 
 
 def _load_cudnn(facts: Facts) -> None:

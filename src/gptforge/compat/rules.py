@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from gptforge.compat.arches import CC, best_cubin, ptx_runs_on, runs_on
+from gptforge.compat.arches import CC, Arch, best_cubin, parse_arch, ptx_runs_on, runs_on
 from gptforge.compat.combination import Combination
 from gptforge.compat.context import Context, build_context
 from gptforge.compat.facts import facts
@@ -110,11 +111,23 @@ def _cudas_targeting(ctx: Context, cc: CC) -> list[CudaVersion]:
             if best_cubin(list(arches), cc, allow_suffix=False)]
 
 
+def _arch_env_unset(ctx: Context) -> bool:
+    return ctx.combo.torch_cuda_arch_list_env in (None, "", "native")
+
+
+def implied_arch(ctx: Context, cc: CC) -> Arch:
+    """What cpp_extension builds for a visible GPU when TORCH_CUDA_ARCH_LIST is unset: the GPU's own
+    arch, capped by the highest SASS arch of the torch build (torch/utils/cpp_extension.py)."""
+    sass = [a.cc for a in ctx.torch_arches or ()]
+    return Arch(*min(cc, max(sass))) if sass else Arch(*cc)
+
+
 def rule_nvcc_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
     targetable = ctx.facts.targetable(ctx.nvcc) if ctx.nvcc else None
     if not targetable:
         return
     for cc in ctx.ccs:
+        implied = implied_arch(ctx, cc)
         if best_cubin(list(targetable), cc, allow_suffix=False) is None:
             able = _cudas_targeting(ctx, cc)
             span = f"CUDA {able[0]} to {able[-1]}" if able else "no CUDA in gptforge's tables"
@@ -122,9 +135,20 @@ def rule_nvcc_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
                           f"nvcc {ctx.nvcc} cannot generate code for CC {format_cc(cc)} (sm_{cc[0]}{cc[1]}); "
                           f"{span} can",
                           _join(_env_hint(ctx, suggest), f"use a CUDA toolkit from {span}"))
+        elif _arch_env_unset(ctx) and implied not in targetable:
+            able = [CudaVersion(*key) for key, arches in sorted(ctx.facts.arches.items()) if implied in arches]
+            newer = f"use nvcc {able[0]} or newer" if able else None
+            yield Finding("gpu-arch-unsupported", E,
+                          f"TORCH_CUDA_ARCH_LIST is unset, so torch's cpp_extension builds for the GPU's own arch "
+                          f"(compute_{implied.major}{implied.minor}), which nvcc {ctx.nvcc} cannot target: "
+                          "'nvcc fatal : Unsupported gpu architecture'",
+                          _join(newer, _arch_list_fix(ctx, allow_suffix=False)))
 
 
 def rule_torch_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    if ctx.torch_arches is None and ctx.torch_variant and ctx.ccs and not ctx.torch_is_cpu:
+        yield Finding("not-checked", INFO, f"the GPUs against torch {ctx.torch}: not checked: no data for the arches "
+                      "that build carries", "give them with --torch-arch-list (torch.cuda.get_arch_list())")
     if ctx.torch_arches is None or ctx.torch_is_cpu:
         return
     listed = " ".join(a.sm for a in ctx.torch_arches)
@@ -160,6 +184,41 @@ def rule_arch_list_env(ctx: Context, suggest: bool) -> Iterator[Finding]:
             yield Finding("arch-list-misses-gpu", E,
                           f"TORCH_CUDA_ARCH_LIST={ctx.combo.torch_cuda_arch_list_env} builds nothing that runs on "
                           f"CC {format_cc(cc)}", _arch_list_fix(ctx, allow_suffix=True))
+
+
+def rule_cpp_extension_arches(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    """torch's cpp_extension checks TORCH_CUDA_ARCH_LIST against its own table, whatever nvcc can do."""
+    release = ctx.torch_release
+    if ctx.arch_env is None or release is None:
+        return
+    sass, ptx = ctx.arch_env
+    unknown = sorted({str(a) for a in [*sass, *ptx] if release.extension.rejected(str(a))})
+    if unknown:
+        listed = " ".join(unknown)
+        yield Finding("arch-list-unknown-to-torch", E,
+                      f"torch {release.release}'s cpp_extension does not know {listed} in TORCH_CUDA_ARCH_LIST: "
+                      f"'ValueError: Unknown CUDA arch ({unknown[0]}) or GPU not supported'",
+                      f"remove {listed} from TORCH_CUDA_ARCH_LIST, or use a torch release whose cpp_extension "
+                      "knows it")
+
+
+def rule_arch_suffix_crash(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    """TORCH_CUDA_ARCH_LIST unset: cpp_extension reads torch's own arch list; older parsers crash on 'sm_90a'."""
+    release = ctx.torch_release
+    suffixed = [a for a in ctx.torch_arches or () if a.suffix]
+    if not (release and suffixed and ctx.ccs and _arch_env_unset(ctx)):
+        return
+    plain = ";".join(sorted({format_cc(implied_arch(ctx, cc).cc) for cc in ctx.ccs}))
+    if release.extension.suffix_crash:
+        yield Finding("arch-list-suffix-crash", E,
+                      f"torch {release.release}'s cpp_extension parses its own arch list ({suffixed[0].sm}) with int() "
+                      "when TORCH_CUDA_ARCH_LIST is unset: 'invalid literal for int() with base 10: "
+                      f"'{suffixed[0].major}{suffixed[0].minor}{suffixed[0].suffix}''",
+                      f"set TORCH_CUDA_ARCH_LIST={plain} before building extensions")
+    elif release.extension.suffix_crash is None:
+        yield Finding("not-checked", INFO,
+                      f"not checked: no data on whether torch {release.release}'s cpp_extension parses {suffixed[0].sm}",
+                      f"set TORCH_CUDA_ARCH_LIST={plain} to be safe")
 
 
 def _arch_list_fix(ctx: Context, *, allow_suffix: bool) -> str:
@@ -264,8 +323,17 @@ def rule_python(ctx: Context, suggest: bool) -> Iterator[Finding]:
     release = ctx.torch_release
     if not release or not ctx.python:
         return
-    low, high = ctx.torch_variant.python if ctx.torch_variant and ctx.torch_variant.python else release.python
     minor = Version(f"{ctx.python.major}.{ctx.python.minor}")
+    conda = ctx.torch_variant is not None and ctx.torch_variant.channel != "pypi"
+    wheels = None if conda else ctx.facts.python_tags(ctx.torch.version)
+    if wheels:
+        if minor not in wheels:
+            listed = ", ".join(str(p) for p in wheels)
+            yield Finding("python-unsupported", E,
+                          f"torch {ctx.torch.version} has wheels for Python {listed}, not {ctx.python}",
+                          f"use Python {wheels[-1]} (or another of {listed})")
+        return
+    low, high = ctx.torch_variant.python if ctx.torch_variant and ctx.torch_variant.python else release.python
     if not low <= minor <= high:
         yield Finding("python-unsupported", E,
                       f"torch {release.release} supports Python {low} to {high}, not {ctx.python}",
@@ -309,6 +377,10 @@ def _cudnn_vs_cuda(ctx: Context) -> Iterator[Finding]:
 def _cudnn_vs_torch(ctx: Context) -> Iterator[Finding]:
     bundled = ctx.torch_variant.cudnn if ctx.torch_variant else None
     if not bundled:
+        if ctx.torch and not ctx.torch_is_cpu:
+            yield Finding("not-checked", INFO,
+                          f"cuDNN {ctx.cudnn} against torch {ctx.torch}: not checked: no data for the cuDNN that "
+                          "build bundles", "")
         return
     have, want = ctx.cudnn, bundled
     if have.major != want.major:
@@ -345,9 +417,69 @@ def rule_fp8(ctx: Context, suggest: bool) -> Iterator[Finding]:
         return
     blockers = [_fp8_blocker(ctx, cc) for cc in ctx.ccs]
     if all(blockers):
-        severity = W if ctx.transformer_engine else INFO
+        severity = E if ctx.combo.fp8 or ctx.combo.recipe else W if ctx.transformer_engine else INFO
         yield Finding("fp8-unavailable", severity, "FP8 training is unavailable: " + "; ".join(sorted(set(blockers))),
                       "train in bf16 (the default); FP8 needs an Ada (with CUDA >= 12.1), Hopper or Blackwell GPU")
+
+
+def rule_te_recipe(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    recipes = ctx.facts.extensions["transformer_engine"]["recipes"]
+    spec = recipes.get(ctx.combo.recipe) if ctx.combo.recipe else None
+    if spec is None:
+        return
+    low = parse_arch(spec["cc_min"]).cc
+    below = parse_arch(spec["cc_below"]).cc if "cc_below" in spec else None
+    runs = [name for name, other in sorted(recipes.items()) if name != ctx.combo.recipe
+            and all(parse_arch(other["cc_min"]).cc <= cc and ("cc_below" not in other or cc < parse_arch(other["cc_below"]).cc)
+                    for cc in ctx.ccs)]
+    instead = f"use the {' or '.join(runs)} recipe" if runs else "train in bf16"
+    for cc in ctx.ccs:
+        if cc < low or (below and cc >= below):
+            span = f"CC {spec['cc_min']} to below {spec['cc_below']}" if below else f"CC {spec['cc_min']}+"
+            yield Finding("te-recipe-unsupported", E,
+                          f"TransformerEngine's {ctx.combo.recipe} recipe needs {span}, not CC {format_cc(cc)}",
+                          instead)
+    cuda_min = spec.get("cuda_min")
+    if cuda_min and ctx.torch_cuda and ctx.torch_cuda.release < parse_cuda(cuda_min):
+        yield Finding("te-recipe-unsupported", E,
+                      f"TransformerEngine's {ctx.combo.recipe} recipe needs CUDA >= {cuda_min}, not torch's "
+                      f"{ctx.torch_cuda.release}", f"use a torch build for CUDA >= {cuda_min}")
+
+
+def _flash_attn_row(ctx: Context) -> dict | None:
+    rows = ctx.facts.extensions.get("flash_attn", [])
+    return next((r for r in rows if SpecifierSet(r["versions"]).contains(ctx.flash_attn, prereleases=True)), None)
+
+
+def rule_flash_attn(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    row = _flash_attn_row(ctx) if ctx.flash_attn else None
+    if row is None:
+        return
+    need = parse_cuda(row["nvcc_min"])
+    if ctx.nvcc and ctx.nvcc.release < need:
+        torch_cuda = ctx.torch_cuda
+        matched = f"nvcc {torch_cuda.release}" if torch_cuda and torch_cuda.release >= need else f"nvcc >= {need}"
+        yield Finding("flash-attn-unsupported", E,
+                      f"flash-attn {ctx.flash_attn} builds only with nvcc >= {need}, not {ctx.nvcc.release}: "
+                      f"'FlashAttention is only supported on CUDA {need} and above'",
+                      f"use {matched} (flash-attn {ctx.flash_attn} needs nvcc >= {need}), or a flash-attn release "
+                      "whose floor your nvcc meets")
+    low = parse_arch(row["cc_min"]).cc
+    high = parse_arch(row["cc_max"]).cc if "cc_max" in row else None
+    sass = [parse_arch(a) for a in row.get("sass", "").split()]
+    if ctx.nvcc and ctx.nvcc.release < CudaVersion(11, 8):
+        sass = [a for a in sass if a.cc < (9, 0)]
+    for cc in ctx.ccs:
+        if cc < low or (high and cc[0] > high[0]):
+            span = f"CC {row['cc_min']}" + (f" to {row['cc_max']}" if high else "+")
+            yield Finding("flash-attn-arch-unsupported", E,
+                          f"flash-attn {ctx.flash_attn} supports {span}, not CC {format_cc(cc)}",
+                          "use torch's scaled_dot_product_attention (no flash-attn) on this GPU")
+        elif sass and not any(runs_on(a, cc) for a in sass):
+            yield Finding("flash-attn-arch-unsupported", E,
+                          f"flash-attn {ctx.flash_attn} has no kernels for CC {format_cc(cc)} "
+                          f"(it builds {' '.join(a.sm for a in sass)}): 'no kernel image is available'",
+                          "use a flash-attn release with kernels for this GPU, or torch's scaled_dot_product_attention")
 
 
 def rule_transformer_engine(ctx: Context, suggest: bool) -> Iterator[Finding]:
@@ -417,6 +549,8 @@ RULES: tuple[Callable[[Context, bool], Iterator[Finding]], ...] = (
     rule_nvcc_arch,
     rule_torch_arch,
     rule_arch_list_env,
+    rule_cpp_extension_arches,
+    rule_arch_suffix_crash,
     rule_nvcc_torch,
     rule_apex_contrib,
     rule_host_compiler,
@@ -424,6 +558,8 @@ RULES: tuple[Callable[[Context, bool], Iterator[Finding]], ...] = (
     rule_python,
     rule_cudnn,
     rule_fp8,
+    rule_te_recipe,
+    rule_flash_attn,
     rule_transformer_engine,
     rule_deepspeed,
     rule_torch_cpu_build,

@@ -1,7 +1,8 @@
 """Parse the version strings users paste, and write them back in one canonical form.
 
 Accepted forms:
-  driver  580.65.06, 570.26, 535.104.05 (kept zero-padded: 580.65.6 -> 580.65.06)
+  driver  580.65.06, 570.26, 535.104.05 (kept zero-padded: 580.65.6 -> 580.65.06); a branch, 560;
+          or the number torch prints ("found version 11040": a driver for CUDA 11.4)
   CUDA    12.4, 12.4.1, cu126 / cu92 (wheel tags), 12080 (torch / cudaRuntimeGetVersion encoding)
   torch   2.11.0, 2.11.0+cu130, 2.13.0+cpu
   gcc     13, 13.2, 13.2.0 (as many components as given)
@@ -31,13 +32,21 @@ class DriverVersion:
     """An NVIDIA driver version; compares numerically, prints zero-padded like nvidia-smi."""
 
     parts: tuple[int, ...]
+    reports_cuda: CudaVersion | None = None  # set for "11040": only the CUDA the driver supports is known
 
     def __str__(self) -> str:
+        if self.reports_cuda is not None:
+            return f"a driver for CUDA {self.reports_cuda} (reported as {self.reports_cuda.encoded})"
         major, *rest = self.parts
         return ".".join([str(major)] + [f"{p:02d}" for p in rest])
 
+    @property
+    def is_branch(self) -> bool:
+        return len(self.parts) == 1
+
     def _key(self) -> tuple[int, ...]:
-        return self.parts + (0,) * (3 - len(self.parts))
+        # a branch ("560") stands for its newest release: a floor inside the branch counts as met
+        return self.parts + ((999, 999) if self.is_branch else (0,) * (3 - len(self.parts)))
 
     def __lt__(self, other: DriverVersion) -> bool:
         return self._key() < other._key()
@@ -53,9 +62,21 @@ _DRIVER = re.compile(r"^(\d{3,4})(?:\.(\d{1,3}))?(?:\.(\d{1,3}))?$", re.ASCII)
 
 
 def parse_driver(text: str) -> DriverVersion:
-    match = _DRIVER.match(str(text).strip())
+    """580.65.06, 570.26, a branch (560), or the CUDA version the driver reports as torch prints it (11040).
+
+    The last form has no driver number: ``reports_cuda`` is set and the rules resolve it to the lowest
+    driver of that CUDA (compat.context).
+    """
+    raw = str(text).strip()
+    if _is_ascii_number(raw) and len(raw) == 5:
+        try:
+            return DriverVersion((), parse_cuda(raw))
+        except VersionError:
+            pass
+    match = _DRIVER.match(raw)
     if not match:
-        raise VersionError(f"{text!r} is not an NVIDIA driver version (expected e.g. 580.65.06 or 570.26)")
+        raise VersionError(f"{text!r} is not an NVIDIA driver version (expected e.g. 580.65.06, 570.26, a branch "
+                           "such as 560, or the number torch prints, 12080)")
     return DriverVersion(tuple(int(g) for g in match.groups() if g is not None))
 
 

@@ -1,0 +1,42 @@
+"""The engine against real users' reports (tests/data/compat_corpus.toml), and the artifact-made tables."""
+
+from __future__ import annotations
+
+import pytest
+from compat_corpus import judge, reports, score
+
+from gptforge.compat import refresh
+
+
+@pytest.mark.parametrize("report", reports(), ids=lambda r: f"{r['url'].split('github.com/')[-1]}:{' '.join(r['args'])}")
+def test_report_is_judged_right(report):
+    verdict = judge(report)
+    assert verdict.right, verdict.detail
+
+
+def test_corpus_is_large_sourced_and_has_both_kinds():
+    rows = reports()
+    assert len(rows) >= 40
+    assert all(r["url"].startswith("https://github.com/") and r["args"] and r["saw"] for r in rows)
+    assert sum(not r["expect"] for r in rows) >= 10, "working combinations guard against false alarms"
+
+
+def test_score_is_at_least_90_percent_with_no_false_alarm():
+    right, alarms, total, _ = score()
+    assert alarms == 0
+    assert right / total >= 0.9
+
+
+def test_python_table_equals_the_refresh_output_of_its_recorded_input():
+    """data/torch_python.toml is what `python -m gptforge.compat.refresh` makes from the recorded PyPI listing."""
+    assert refresh.OUTPUT.read_text(encoding="utf-8") == refresh.python_table(refresh.recorded_filenames())
+
+
+def test_python_table_reads_the_wheel_tags():
+    table = refresh.python_table(["torch-2.2.0-cp312-cp312-manylinux1_x86_64.whl",
+                                  "torch-2.2.0-cp312-none-macosx_11_0_arm64.whl",
+                                  "torch-2.2.0-cp38-cp38-manylinux1_x86_64.whl",
+                                  "torch-2.9.0-cp313-cp313t-manylinux_2_28_x86_64.whl",
+                                  "torch-2.2.0.tar.gz"])
+    assert 'version = "2.2.0"\npython = ["3.8", "3.12"]' in table
+    assert "2.9.0" not in table  # free-threaded only

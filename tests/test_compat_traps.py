@@ -1,0 +1,71 @@
+"""The traps the engine models beyond version floors: what cpp_extension, flash-attn and TE recipes really do."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gptforge.compat import Combination, check, parse_driver
+from gptforge.compat.versions import CudaVersion
+
+
+def codes(**fields) -> set[str]:
+    return {f.code for f in check(Combination(**fields)) if f.severity.value == "error"}
+
+
+def infos(**fields) -> set[str]:
+    return {f.code for f in check(Combination(**fields)) if f.severity.value == "info"}
+
+
+def test_unset_arch_list_builds_for_the_gpu_itself():
+    # nvcc 11.5 has sm_86 but not sm_89: an unset TORCH_CUDA_ARCH_LIST asks for compute_89
+    assert codes(ccs=((8, 9),), cuda="11.5") == {"gpu-arch-unsupported"}
+    # capped by torch's highest arch: a cu113 torch (max sm_86) builds sm_86, which nvcc 11.5 has
+    assert codes(ccs=((8, 9),), cuda="11.5", torch_arch_list=("sm_80", "sm_86")) == set()
+    # an explicit list nvcc can target is fine
+    assert codes(ccs=((8, 9),), cuda="11.5", torch_cuda_arch_list_env="8.6") == set()
+
+
+def test_cpp_extension_table_per_release():
+    assert codes(torch="2.9.0+cu128", cuda="12.8", torch_cuda_arch_list_env="10.1") == {"arch-list-unknown-to-torch"}
+    assert codes(torch="1.13.1+cu117", cuda="11.8", torch_cuda_arch_list_env="8.0;9.0") >= {"arch-list-unknown-to-torch"}
+    assert "arch-list-unknown-to-torch" not in codes(torch="2.13.0+cu130", cuda="13.0", torch_cuda_arch_list_env="9.0a")
+
+
+def test_suffix_crash_only_where_the_parser_has_it():
+    fields = dict(ccs=((9, 0),), torch_arch_list=("sm_90", "sm_90a"))
+    assert codes(torch="2.5.1", **fields) == {"arch-list-suffix-crash"}
+    assert codes(torch="2.5.1", torch_cuda_arch_list_env="9.0", **fields) == set()
+    assert codes(torch="2.13.0", **fields) == set()
+    assert "not-checked" in infos(torch="2.11.0", **fields)
+
+
+def test_unknown_bundled_cudnn_is_not_checked_rather_than_ok():
+    assert codes(torch="1.12.0+cu113", cudnn="8.0.3") == {"cudnn-torch-mismatch"}
+    assert "not-checked" in infos(torch="1.12.0+cu102", cudnn="8.0.3")
+
+
+def test_flash_attn_floors_follow_the_release():
+    assert codes(flash_attn="2.6.3", cuda="11.6") == set()
+    assert codes(flash_attn="2.7.4.post1", cuda="11.6") == {"flash-attn-unsupported"}
+    assert codes(flash_attn="3.0.0b1", cuda="12.4", ccs=((8, 0),)) == {"flash-attn-arch-unsupported"}
+    assert codes(flash_attn="2.8.3", ccs=((12, 0),)) == {"flash-attn-arch-unsupported"}
+    assert codes(flash_attn="2.8.3", ccs=((8, 9),)) == set()
+
+
+def test_recipes_by_arch_and_fp8_flag():
+    assert codes(ccs=((12, 0),), recipe="mxfp8", fp8=True) == {"te-recipe-unsupported"}
+    assert codes(ccs=((10, 0),), recipe="mxfp8", fp8=True) == set()
+    assert codes(ccs=((8, 6),), fp8=True) == {"fp8-unavailable"}
+    assert codes(ccs=((8, 6),)) == set()
+
+
+@given(st.sampled_from(["11.0", "11.4", "11.8", "12.0", "12.2", "12.8", "13.0"]))
+def test_driver_as_torch_prints_it_is_that_cuda_s_lowest_driver(cuda):
+    from gptforge.compat.facts import facts
+
+    version = CudaVersion(*map(int, cuda.split(".")))
+    reported = Combination(driver=str(version.encoded), torch_cuda=cuda)
+    assert not codes(**reported.__dict__)  # a driver reporting CUDA X.Y runs CUDA X.Y
+    assert parse_driver(str(version.encoded)).reports_cuda == version
+    assert facts().toolkit_driver(version) is not None
