@@ -19,7 +19,7 @@ from gptforge.model.layers import LayerBackend, resolve_backend
 from gptforge.train import checkpoint, data as datamod, distributed, rng
 from gptforge.train.config import TrainConfig, validate
 from gptforge.train.engine import DeepSpeedEngine, TorchEngine, read_deepspeed_config
-from gptforge.train.metrics import MetricsLog, plot_losses, write_atomic
+from gptforge.train.metrics import MetricsLog, plot_losses, read_records, write_atomic
 from gptforge.train.optim import build_optimizer
 from gptforge.train.peaks import Peak, lookup, mfu
 from gptforge.train.precision import choose
@@ -293,6 +293,9 @@ class Trainer:
                 f"norm {r['grad_norm']:.3f} | {r['tokens_per_s']:,.0f} tok/s | {r['step_ms']:.0f} ms | {util} | "
                 f"mem {r['mem_gib']:.2f} GiB")
 
+    def plot(self) -> Path:
+        return plot_losses(self.metrics.path, self.run_dir / "loss.png", f"{self.opts.config_name}: loss")
+
     def run(self) -> RunResult:
         self.preflight()
         self.setup()
@@ -314,6 +317,10 @@ class Trainer:
             if main:
                 self.metrics.write({"kind": "eval", "step": 0, "loss": result.first_val_loss})
                 self.console.print(f"validation loss before training: {result.first_val_loss:.4f}")
+        elif main:  # resumed: the run's history is in its metrics (kept up to the checkpoint's step)
+            evals = read_records(self.metrics.path, "eval")
+            result.first_val_loss = evals[0]["loss"] if evals and evals[0]["step"] == 0 else None
+            result.final_val_loss = evals[-1]["loss"] if evals and evals[-1]["step"] > 0 else None
         progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                             TextColumn("{task.fields[info]}"), console=self.console,
                             disable=not (main and self.console.is_terminal), transient=True)
@@ -332,12 +339,13 @@ class Trainer:
                     if main:
                         self.metrics.write({"kind": "eval", "step": self.step, "loss": result.final_val_loss})
                         self.console.print(f"step {self.step:>6}/{cfg.train_iters} | validation loss {result.final_val_loss:.4f}")
+                        result.plot = self.plot()  # at every evaluation: an interrupted run has one too
                 if self.step % cfg.save_interval == 0 or self.step == cfg.train_iters:
                     result.last_checkpoint = self.save()
         if main:
             result.metrics = self.metrics.path
             result.tensorboard = self.run_dir / "tensorboard"
-            result.plot = plot_losses(self.metrics.path, self.run_dir / "loss.png", f"{self.opts.config_name}: loss")
+            result.plot = self.plot()
             result.last_checkpoint = checkpoint.latest(self.ckpt_root)
         return result
 
