@@ -131,10 +131,33 @@ def test_recommend_exits_1_with_the_reason_when_nothing_fits(cli):
     assert report["ok"] is False and report["environment"] is None
 
 
-@pytest.mark.parametrize("args", [["compat", "recommend"], ["compat", "recommend", "--driver", "x"]])
-def test_recommend_usage_errors(cli, args):
-    result = cli(*args)
+def test_recommend_usage_errors(cli):
+    result = cli("compat", "recommend", "--driver", "x")
     assert result.returncode == 2 and "--driver" in result.stderr and "Traceback" not in result.stderr
+
+
+def _nvml_status() -> str:
+    from gptforge.probe.nvml import probe_nvml
+
+    return probe_nvml()["status"]
+
+
+@pytest.mark.skipif(_nvml_status() == "ok", reason="this machine has an NVIDIA driver")
+def test_recommend_without_driver_on_a_machine_without_one(cli):
+    result = cli("compat", "recommend")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "no NVIDIA driver found" in result.stderr and "pass --driver" in result.stderr
+
+
+@pytest.mark.gpu
+def test_recommend_reads_this_machines_driver_and_gpus(cli):
+    from gptforge.probe.nvml import probe_nvml
+
+    info = probe_nvml()
+    given = ["--driver", info["driver_version"]] + [a for g in info["gpus"] for a in ("--cc", g["compute_capability"])]
+    here = json.loads(cli("compat", "recommend", "--json").stdout)
+    assert here == json.loads(cli("compat", "recommend", *given, "--json").stdout)
 
 
 def test_help_explains(cli):

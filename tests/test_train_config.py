@@ -6,7 +6,7 @@ import pytest
 from hypothesis import assume, given, strategies as st
 
 from gptforge.errors import UsageError
-from gptforge.train.config import KNOWN_KEYS, TrainConfig, load_config, packaged_configs, validate
+from gptforge.train.config import KNOWN_KEYS, TrainConfig, list_keys, load_config, packaged_configs, validate
 from gptforge.train.optim import lr_at
 from gptforge.train.tomlout import dumps
 
@@ -132,3 +132,23 @@ def test_deepspeed_config_is_completed_from_the_run(tmp_path):
         read_deepspeed_config(str(both), cfg, world_size=1)
     for stage in ("zero1", "zero3", "zero2-fp16"):
         assert read_deepspeed_config(stage, cfg, 1)["gradient_clipping"] == 1.0
+
+
+@pytest.mark.parametrize("name", packaged_configs())
+def test_short_runs_of_every_packaged_config_are_valid(name):
+    """`gptforge train train-iters=10`: the warmup scales with the run instead of outlasting it."""
+    cfg, _ = load_config(name, ["train-iters=10"])
+    validate(cfg)
+    assert 0 < cfg.warmup_iters() < 10
+    full, _ = load_config(name)
+    assert full.warmup_iters() == (20 if name == "gpt2-tiny" else 700)  # the published schedules are unchanged
+
+
+def test_list_keys_shows_the_chosen_config_with_one_line_per_key():
+    cfg, _ = load_config("gpt2-124m", ["train-iters=10"])
+    lines = list_keys(cfg).splitlines()
+    assert len(lines) == len(KNOWN_KEYS)
+    by_key = {line.split(" = ")[0]: line for line in lines}
+    assert by_key["hidden-size"].split("#")[0].split("=")[1].strip() == "768"
+    assert by_key["train-iters"].split("#")[0].split("=")[1].strip() == "10"
+    assert all(line.split("#", 1)[1].strip() for line in lines)  # a description on every line

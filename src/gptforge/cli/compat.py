@@ -123,8 +123,8 @@ def register(subparsers, groups) -> None:
 
     recommend = commands.add_parser("recommend", help="pick the environment that fits a machine",
                                     description=_RECOMMEND_HELP)
-    _version_flag(recommend, "--driver", _driver, "V", "NVIDIA driver, e.g. 535.104.05 (nvidia-smi)",
-                  required=True)
+    _version_flag(recommend, "--driver", _driver, "V", "NVIDIA driver, e.g. 535.104.05 (nvidia-smi); "
+                  "default: this machine's driver and GPUs, read through NVML")
     _add_gpu_flags(recommend)
     recommend.set_defaults(func=run_recommend)
 
@@ -178,12 +178,18 @@ def run_recommend(args) -> int:
 
     from gptforge.compat import recommend
 
-    result = recommend(args.driver, args.ccs or ())
+    driver, ccs = args.driver, args.ccs or ()
+    if driver is None:
+        from gptforge.probe.nvml import driver_and_ccs
+
+        driver, found = driver_and_ccs()
+        ccs = ccs or found
+    result = recommend(driver, ccs)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
         return 0 if result.ok else 1
     console = Console()
-    table = Table(title=f"gptforge environments for driver {args.driver}", show_lines=True)
+    table = Table(title=f"gptforge environments for driver {driver}", show_lines=True)
     for column in ("environment", "CUDA", "fits", "why"):
         table.add_column(column, overflow="fold")
     for verdict in result.verdicts:

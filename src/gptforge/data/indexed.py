@@ -9,11 +9,13 @@ every sequence's tokens in the index dtype. Same files as ``megatron/core/datase
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -22,6 +24,7 @@ from gptforge.errors import GptforgeError, UsageError
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
 HEADER_SIZE = 34  # magic 9 + version 8 + dtype 1 + sequence count 8 + document count 8
+TOKENIZER_IDENTITY = ("vocab_sha256", "merges_sha256")  # two datasets with equal values share a tokenizer
 
 DTYPE_BY_CODE: dict[int, type] = {
     1: np.uint8,
@@ -53,21 +56,67 @@ def idx_path(prefix: str | os.PathLike) -> Path:
     return Path(f"{os.fspath(prefix)}.idx")
 
 
+def meta_path(prefix: str | os.PathLike) -> Path:
+    """gptforge's metadata beside a pair (Megatron's files have none): the tokenizer that made it."""
+    return Path(f"{os.fspath(prefix)}.meta.json")
+
+
+def read_tokenizer_record(prefix: str | os.PathLike) -> dict | None:
+    """The tokenizer recorded for a dataset, or None (a dataset made elsewhere, e.g. by Megatron)."""
+    path = meta_path(prefix)
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8")).get("tokenizer")
+    except (ValueError, AttributeError, OSError) as err:
+        raise IndexedDatasetError(f"{path}: unreadable dataset metadata ({err})", "remove it or re-run gptforge prepare") from None
+    if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in TOKENIZER_IDENTITY):
+        raise IndexedDatasetError(f"{path}: the tokenizer record lacks {', '.join(TOKENIZER_IDENTITY)}", "re-run gptforge prepare")
+    return record
+
+
+def as_prefix(path: str | os.PathLike) -> str:
+    """The dataset prefix of ``path``: itself, or without ``.bin``/``.idx`` when it names one of the files."""
+    text = os.fspath(path)
+    stem, suffix = os.path.splitext(text)
+    if suffix in (".bin", ".idx") and not idx_path(text).exists():
+        return stem
+    return text
+
+
 def check_output_prefix(prefix: str | os.PathLike, flag: str = "--output-prefix") -> None:
     """Refuse an output prefix that cannot be written, before any work is done.
 
-    The directory must already exist: creating it would turn a typo into a new directory tree.
+    Missing directories are fine (``output_directory`` creates them) when the nearest existing one
+    is a writable directory.
     """
     text = os.fspath(prefix)
     if not text or text.endswith(("/", os.sep)):
         raise UsageError(flag, f"{text!r} names a directory, not a file prefix", f"add a name, e.g. {os.path.join(text or '.', 'corpus')}")
-    parent = Path(text).parent
-    if os.path.lexists(parent) and not parent.is_dir():
-        raise UsageError(flag, f"{parent} is not a directory", "put the prefix in an existing directory")
-    if not parent.is_dir():
-        raise UsageError(flag, f"{parent} does not exist", f"create the directory first (mkdir -p {parent})")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(flag, f"{parent} is not writable", "choose a directory you can write to")
+    existing = Path(text).absolute().parent
+    while not os.path.lexists(existing):
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(flag, f"{existing} is not a directory", "put the prefix in a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(flag, f"{existing} is not writable", "choose a directory you can write to")
+
+
+@contextlib.contextmanager
+def output_directory(prefix: str | os.PathLike) -> Iterator[None]:
+    """Create the prefix's missing directories; when the body fails, remove those left empty."""
+    missing, parent = [], Path(os.fspath(prefix)).absolute().parent
+    while not os.path.lexists(parent):
+        missing.append(parent)
+        parent = parent.parent
+    try:
+        Path(os.fspath(prefix)).parent.mkdir(parents=True, exist_ok=True)
+        yield
+    except BaseException:
+        for directory in missing:  # deepest first
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        raise
 
 
 @dataclass(frozen=True)
@@ -259,14 +308,16 @@ class IndexedDatasetWriter:
     sentence split); an empty document is a boundary without a sequence, as Megatron writes it.
     """
 
-    def __init__(self, prefix: str | os.PathLike, dtype: np.dtype | type):
+    def __init__(self, prefix: str | os.PathLike, dtype: np.dtype | type, tokenizer: dict | None = None):
         self.prefix = os.fspath(prefix)
         self.dtype = np.dtype(dtype)
+        self.tokenizer = tokenizer  # recorded in PREFIX.meta.json when given
         if self.dtype not in CODE_BY_DTYPE:
             raise ValueError(f"dtype {self.dtype} has no MMIDIDX code")
         tag = f".partial-{os.getpid()}"
         self._tmp_bin = Path(f"{bin_path(prefix)}{tag}")
         self._tmp_idx = Path(f"{idx_path(prefix)}{tag}")
+        self._tmp_meta = Path(f"{meta_path(prefix)}{tag}")
         try:
             self._bin = open(self._tmp_bin, "wb")
         except OSError as err:
@@ -330,18 +381,24 @@ class IndexedDatasetWriter:
             lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32)
             with open(self._tmp_idx, "wb") as f:
                 _write_index(f, self.dtype, lengths, np.concatenate(self._documents))
+            if self.tokenizer is not None:
+                self._tmp_meta.write_text(json.dumps({"tokenizer": self.tokenizer}, indent=2) + "\n")
         except BaseException:
             self.abort()
             raise
 
     def publish(self) -> None:
         """Rename the sealed files into place."""
+        if self.tokenizer is not None:
+            os.replace(self._tmp_meta, meta_path(self.prefix))
+        else:
+            meta_path(self.prefix).unlink(missing_ok=True)  # a record of earlier contents would now be wrong
         os.replace(self._tmp_bin, bin_path(self.prefix))
         os.replace(self._tmp_idx, idx_path(self.prefix))
 
     def abort(self) -> None:
         self._bin.close()
-        for tmp in (self._tmp_bin, self._tmp_idx):
+        for tmp in (self._tmp_bin, self._tmp_idx, self._tmp_meta):
             tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> "IndexedDatasetWriter":
@@ -359,14 +416,36 @@ def _as_int_array(tokens) -> np.ndarray:
     return array if array.dtype.kind in "iu" else array.astype(np.int64)  # [] parses as float64
 
 
+def common_tokenizer(prefixes: Sequence[str | os.PathLike]) -> dict | None:
+    """The tokenizer all ``prefixes`` were made with; an error when two records differ.
+
+    None when a dataset has no record (made elsewhere): such datasets cannot be told apart, only
+    their dtype is compared.
+    """
+    records = [(prefix, read_tokenizer_record(prefix)) for prefix in prefixes]
+    known = [(prefix, record) for prefix, record in records if record is not None]
+    for prefix, record in known[1:]:
+        first_prefix, first = known[0]
+        if any(record[k] != first[k] for k in TOKENIZER_IDENTITY):
+            raise IndexedDatasetError(
+                f"{prefix} was made by another tokenizer ({_tokenizer_text(record)}) than {first_prefix} "
+                f"({_tokenizer_text(first)})", "merge datasets made with one tokenizer (re-run gptforge prepare with it)")
+    return known[0][1] if known and len(known) == len(records) else None
+
+
+def _tokenizer_text(record: dict) -> str:
+    return f"{record.get('kind', '?')}, vocabulary {record.get('vocab_size', '?')}, vocab sha256 {record['vocab_sha256'][:12]}"
+
+
 def merge_datasets(prefixes: Sequence[str | os.PathLike], output_prefix: str | os.PathLike) -> IndexedDataset:
     """Concatenate several datasets with one dtype into ``output_prefix``."""
     if not prefixes:
         raise IndexedDatasetError("nothing to merge", "give at least one prefix")
     check_output_prefix(output_prefix)
     dtype = IndexedDataset(prefixes[0]).dtype
+    tokenizer = common_tokenizer(prefixes)
     try:
-        with IndexedDatasetWriter(output_prefix, dtype) as writer:
+        with output_directory(output_prefix), IndexedDatasetWriter(output_prefix, dtype, tokenizer) as writer:
             for prefix in prefixes:
                 writer.add_index(prefix)
     except OSError as err:

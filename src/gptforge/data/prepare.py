@@ -20,7 +20,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from gptforge.data.indexed import IndexedDatasetWriter, check_output_prefix, optimal_dtype
+from gptforge.data.indexed import IndexedDatasetWriter, check_output_prefix, optimal_dtype, output_directory
 from gptforge.data.readers import CorpusError, Record, SkipLog, read_corpus
 from gptforge.data.tokenizer import VOCAB_NAME, Tokenizer, load_tokenizer, remove_trained, train_bytelevel
 from gptforge.errors import GptforgeError, UsageError
@@ -185,29 +185,30 @@ def prepare(
         return read_corpus(inputs, fmt=fmt, json_keys=json_keys, skip_bad_lines=skip_bad_lines, skipped=skipped)
 
     _require_text(read, inputs)
-    training_text = (text for record in read(SkipLog()) for text in record.texts)
-    tok, tok_dir, trained = resolve_tokenizer(
-        tokenizer, training_text, output_prefix=output_prefix, tokenizer_dir=tokenizer_dir,
-        vocab_file=vocab_file, merge_file=merge_file, vocab_size=vocab_size,
-    )
-    result = PrepareResult({key: output_prefix_for(output_prefix, key) for key in json_keys}, tok_dir, tok, trained)
-    writers: list[IndexedDatasetWriter] = []
-    start = time.perf_counter()
-    try:
-        for key in json_keys:
-            writers.append(IndexedDatasetWriter(result.prefixes[key], optimal_dtype(tok.vocab_size)))
-        _write_all(_encoded(read(result.skipped), tok, append_eod, workers), writers, result, progress, start)
+    with output_directory(output_prefix):  # created now; removed again if this run fails
+        training_text = (text for record in read(SkipLog()) for text in record.texts)
+        tok, tok_dir, trained = resolve_tokenizer(
+            tokenizer, training_text, output_prefix=output_prefix, tokenizer_dir=tokenizer_dir,
+            vocab_file=vocab_file, merge_file=merge_file, vocab_size=vocab_size,
+        )
+        result = PrepareResult({key: output_prefix_for(output_prefix, key) for key in json_keys}, tok_dir, tok, trained)
+        writers: list[IndexedDatasetWriter] = []
+        start = time.perf_counter()
+        try:
+            for key in json_keys:
+                writers.append(IndexedDatasetWriter(result.prefixes[key], optimal_dtype(tok.vocab_size), tok.record()))
+            _write_all(_encoded(read(result.skipped), tok, append_eod, workers), writers, result, progress, start)
+            for writer in writers:
+                writer.seal()
+        except BaseException as err:
+            _discard(writers, result)
+            if isinstance(err, OSError):
+                raise GptforgeError(f"{err.filename or output_prefix}: {err.strerror or err}") from None
+            raise
         for writer in writers:
-            writer.seal()
-    except BaseException as err:
-        _discard(writers, result)
-        if isinstance(err, OSError):
-            raise GptforgeError(f"{err.filename or output_prefix}: {err.strerror or err}") from None
-        raise
-    for writer in writers:
-        writer.publish()
-    result.seconds = time.perf_counter() - start
-    return result
+            writer.publish()
+        result.seconds = time.perf_counter() - start
+        return result
 
 
 def _discard(writers: list[IndexedDatasetWriter], result: PrepareResult) -> None:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from gptforge.data.indexed import CODE_BY_DTYPE, IndexedDataset, bin_path, idx_path
+from gptforge.data.indexed import CODE_BY_DTYPE, IndexedDataset, as_prefix, bin_path, idx_path
 
 CHUNK_TOKENS = 1 << 24
 
@@ -36,7 +36,10 @@ class Summary:
 
 
 def summarize(prefix: str | os.PathLike) -> Summary:
-    """Open (which validates magic, version, dtype, counts, pointers and the .bin size) and summarise."""
+    """Open (which validates magic, version, dtype, counts, pointers and the .bin size) and summarise.
+
+    ``prefix`` may also name the ``.bin`` or ``.idx`` file."""
+    prefix = as_prefix(prefix)
     ds = IndexedDataset(prefix)
     tokens = ds.buffer
     digest = hashlib.sha256()

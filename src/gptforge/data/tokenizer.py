@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -57,6 +56,11 @@ class Tokenizer:
             raise TokenizerError(f"{vocab_file}: not in GPT-2's layout, tiktoken cannot encode it")
         self._hf = None if self._tiktoken is not None else _hf_tokenizer(self.vocab_file, self.merge_file)
         self.engine = "tiktoken" if self._tiktoken is not None else "tokenizers"
+
+    def record(self) -> dict:
+        """What a dataset records about the tokenizer that made it (``data merge`` compares these)."""
+        return {"kind": self.name, "vocab_size": self.vocab_size, "eod_id": self.eod_id,
+                "vocab_sha256": _sha256(self.vocab_file), "merges_sha256": _sha256(self.merge_file)}
 
     def encode(self, text: str) -> list[int]:
         if self._tiktoken is not None:
@@ -150,21 +154,15 @@ def _sha256(path: Path) -> str:
 
 
 def packaged_gpt2_files() -> tuple[Path, Path]:
-    """The original GPT-2 vocab/merges shipped by a registry package, checked by sha256."""
+    """The original GPT-2 vocab/merges shipped with gptforge, checked by sha256."""
     facts = _gpt2_facts()
-    package = facts["package"]
-    spec = importlib.util.find_spec(package["module"])
-    if spec is None or not spec.submodule_search_locations:
-        raise UsageError(
-            "--vocab-file",
-            "no GPT-2 vocabulary given and none installed",
-            f"pass --vocab-file/--merge-file, or pip install {package['name']}=={package['version']}",
-        )
-    root = Path(next(iter(spec.submodule_search_locations)))
-    vocab, merges = root / package["vocab"], root / package["merges"]
+    shipped = facts["shipped"]
+    root = Path(__file__).with_name(shipped["directory"])
+    vocab, merges = root / shipped["vocab"], root / shipped["merges"]
     for path, key in ((vocab, "vocab"), (merges, "merges")):
         if not path.is_file() or _sha256(path) != facts[key]["sha256"]:
-            raise TokenizerError(f"{path} is not the original GPT-2 {key} file (sha256 differs)")
+            raise TokenizerError(f"{path} is not the original GPT-2 {key} file (missing, or its sha256 differs)",
+                                 "reinstall gptforge")
     return vocab, merges
 
 

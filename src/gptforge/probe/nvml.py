@@ -57,3 +57,15 @@ def probe_nvml() -> dict:
     finally:
         pynvml.nvmlShutdown()
     return info
+
+
+def driver_and_ccs() -> tuple[str, tuple[tuple[int, int], ...]]:
+    """This machine's driver version and its GPUs' compute capabilities (what ``compat recommend`` needs)."""
+    from gptforge.compat import parse_cc
+    from gptforge.errors import UsageError
+
+    info = probe_nvml()
+    if info["status"] != "ok":
+        raise UsageError("--driver", f"not given, and this machine's driver cannot be read: {info['error']}",
+                         "pass --driver V (the version nvidia-smi prints) and --gpu NAME")
+    return info["driver_version"], tuple(parse_cc(gpu["compute_capability"]) for gpu in info["gpus"])

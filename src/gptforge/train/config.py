@@ -19,54 +19,61 @@ PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 TOKENIZERS = ("default", "gpt2", "bytelevel")
 
 
+def _key(default, help: str):
+    """A config key: its default and the one line ``--list-keys`` prints for it."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class TrainConfig:
     # model
-    num_layers: int = 12
-    hidden_size: int = 768
-    num_attention_heads: int = 12
-    seq_length: int = 1024
-    max_position_embeddings: int = 1024
-    dropout: float = 0.0
+    num_layers: int = _key(12, "transformer blocks")
+    hidden_size: int = _key(768, "model width")
+    num_attention_heads: int = _key(12, "attention heads (must divide hidden-size)")
+    seq_length: int = _key(1024, "tokens per training sample")
+    max_position_embeddings: int = _key(1024, "size of the position table (>= seq-length)")
+    dropout: float = _key(0.0, "dropout probability (0: none)")
     # optimizer and schedule
-    lr: float = 6e-4
-    min_lr: float = 6e-5
-    lr_warmup_iters: int = 0
-    lr_warmup_fraction: float = 0.0  # used when lr-warmup-iters is 0
-    lr_decay_iters: int = 0  # 0: decay over train-iters
-    weight_decay: float = 0.1
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.95
-    adam_eps: float = 1e-8
-    clip_grad: float = 1.0
+    lr: float = _key(6e-4, "peak learning rate")
+    min_lr: float = _key(6e-5, "learning rate at the end of the cosine decay")
+    lr_warmup_iters: int = _key(0, "linear warmup steps (0: use lr-warmup-fraction)")
+    lr_warmup_fraction: float = _key(0.0, "warmup as a fraction of the decay steps, used when lr-warmup-iters is 0")
+    lr_decay_iters: int = _key(0, "cosine decay steps (0: train-iters)")
+    weight_decay: float = _key(0.1, "AdamW weight decay (not on biases and norms)")
+    adam_beta1: float = _key(0.9, "AdamW beta1")
+    adam_beta2: float = _key(0.95, "AdamW beta2")
+    adam_eps: float = _key(1e-8, "AdamW epsilon")
+    clip_grad: float = _key(1.0, "gradient-norm clipping (0: none)")
     # batch and length
-    micro_batch_size: int = 8
-    global_batch_size: int = 64
-    train_iters: int = 1000
-    seed: int = 1234
+    micro_batch_size: int = _key(8, "samples per forward/backward on one device")
+    global_batch_size: int = _key(64, "samples per optimizer step (micro x accumulation x data-parallel)")
+    train_iters: int = _key(1000, "optimizer steps of the run")
+    seed: int = _key(1234, "random seed (weights, data order, dropout)")
     # evaluation, checkpoints, logs
-    eval_interval: int = 100
-    eval_iters: int = 10
-    save_interval: int = 500
-    keep_last: int = 2
-    log_interval: int = 10
+    eval_interval: int = _key(100, "steps between validation losses (and one at the end)")
+    eval_iters: int = _key(10, "global batches per validation loss")
+    save_interval: int = _key(500, "steps between checkpoints (and one at the end)")
+    keep_last: int = _key(2, "checkpoints kept")
+    log_interval: int = _key(10, "steps between log lines")
     # data
-    data_path: list = field(default_factory=list)  # Megatron style: ["PREFIX"] or ["W1", "P1", "W2", "P2"]
-    split: str = "949,50,1"
-    tokenizer_type: str = "default"  # default: the embedded corpus' byte-level BPE
-    tokenizer_dir: str = ""
-    vocab_file: str = ""
-    merge_file: str = ""
-    default_vocab_size: int = 8192
-    data_cache_dir: str = ".gptforge/data"
+    data_path: list = _key([], "Megatron style: PREFIX, or a blend 'W1 P1 W2 P2' (empty: the embedded corpus)")
+    split: str = _key("949,50,1", "train,valid,test weights")
+    tokenizer_type: str = _key("default", "tokenizer the data was prepared with: default (embedded corpus), gpt2, bytelevel")
+    tokenizer_dir: str = _key("", "directory with vocab.json + merges.txt")
+    vocab_file: str = _key("", "GPT-2 style vocab.json")
+    merge_file: str = _key("", "GPT-2 style merges.txt")
+    default_vocab_size: int = _key(8192, "vocabulary of the byte-level BPE trained on the embedded corpus")
+    data_cache_dir: str = _key(".gptforge/data", "where the embedded corpus and sample indices are cached")
     # precision and accelerators (each used only when installed AND asked for)
-    precision: str = "auto"  # auto: bf16 on GPUs that have it, else fp16 + loss scaling; fp32 on CPU
-    tf32: bool = True
-    compile: bool = False
-    apex_fused_adam: bool = False
-    apex_layernorm: bool = False
-    transformer_engine: bool = False
-    fp8: bool = False
+    precision: str = _key("auto", "auto (bf16 on GPUs that have it, else fp16 + loss scaling; fp32 on CPU), bf16, fp16, fp32")
+    tf32: bool = _key(True, "TF32 matmuls on GPUs that have them")
+    compile: bool = _key(False, "torch.compile the model")
+    apex_fused_adam: bool = _key(False, "apex FusedAdam (when apex is installed)")
+    apex_layernorm: bool = _key(False, "apex FusedLayerNorm (when apex is installed)")
+    transformer_engine: bool = _key(False, "TransformerEngine layers (when installed)")
+    fp8: bool = _key(False, "FP8 matmuls through TransformerEngine (sm_89 and newer)")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(
@@ -79,7 +86,10 @@ class TrainConfig:
         )
 
     def warmup_iters(self) -> int:
-        return self.lr_warmup_iters or int(round(self.lr_warmup_fraction * self.decay_iters()))
+        """lr-warmup-iters, else the fraction of the decay: at least one step, and ending before the decay."""
+        if self.lr_warmup_iters or not self.lr_warmup_fraction:
+            return self.lr_warmup_iters
+        return min(max(1, round(self.lr_warmup_fraction * self.decay_iters())), self.decay_iters() - 1)
 
     def decay_iters(self) -> int:
         return self.lr_decay_iters or self.train_iters
@@ -137,6 +147,15 @@ def coerce(key: str, value, source: str):
     if expected is int and isinstance(value, bool) or not isinstance(value, expected):
         raise UsageError(source, f"{key} must be {expected.__name__}, got {value!r}", f"e.g. {key}={default_text(key)}")
     return value
+
+
+def list_keys(cfg: TrainConfig) -> str:
+    """Every key with its value in ``cfg`` and its description, one line each, as TOML."""
+    from gptforge.train.tomlout import value_text
+
+    lines = [f"{key_name(f.name)} = {value_text(getattr(cfg, f.name))}" for f in fields(cfg)]
+    width = max(map(len, lines))
+    return "\n".join(f"{line:<{width}}  # {f.metadata['help']}" for line, f in zip(lines, fields(cfg)))
 
 
 def default_text(key: str) -> str:

@@ -19,9 +19,11 @@ from gptforge.model.layers import LayerBackend, resolve_backend
 from gptforge.train import checkpoint, data as datamod, distributed, rng
 from gptforge.train.config import TrainConfig, validate
 from gptforge.train.engine import DeepSpeedEngine, TorchEngine, read_deepspeed_config
-from gptforge.train.metrics import MetricsLog, plot_losses, write_atomic
+from gptforge.train.estimate import estimate
+from gptforge.train.metrics import MetricsLog, plot_losses, read_records, write_atomic
 from gptforge.train.optim import build_optimizer
 from gptforge.train.peaks import Peak, lookup, mfu
+from gptforge.train.progress import RunProgress
 from gptforge.train.precision import choose
 from gptforge.train.testhooks import maybe_kill
 from gptforge.train.tomlout import dumps
@@ -224,7 +226,7 @@ class Trainer:
         elif self.opts.resume:
             c.print("--resume: no complete checkpoint yet, starting from step 0")
 
-    def evaluate(self) -> float:
+    def evaluate(self, on_batch=None) -> float:
         cfg, env = self.cfg, self.env
         self.engine.train_mode(False)
         total = torch.zeros((), device=self.device)
@@ -234,10 +236,12 @@ class Trainer:
                 start = datamod.micro_batch_start(0, i, env.rank, env.world_size, cfg.micro_batch_size)
                 x, y = datamod.batch(self.data.valid, start, cfg.micro_batch_size, self.device)
                 total += self.engine.eval_loss(x, y).float()
+                if on_batch:
+                    on_batch()
         self.engine.train_mode(True)
         return distributed.mean_across(total / batches, env).item()
 
-    def train_step(self) -> dict:
+    def train_step(self, on_micro=None) -> dict:
         cfg, env = self.cfg, self.env
         t0 = time.perf_counter()
         loss_sum = torch.zeros((), device=self.device)
@@ -245,6 +249,8 @@ class Trainer:
             start = datamod.micro_batch_start(self.consumed, micro, env.rank, env.world_size, cfg.micro_batch_size)
             x, y = self.reader.get(start)
             loss_sum += self.engine.micro_step(x, y, is_last=micro == self.accum - 1).float()
+            if on_micro:
+                on_micro()
         maybe_kill("step", self.step + 1)
         lr = self.engine.lr()
         norm = self.engine.step()
@@ -293,6 +299,9 @@ class Trainer:
                 f"norm {r['grad_norm']:.3f} | {r['tokens_per_s']:,.0f} tok/s | {r['step_ms']:.0f} ms | {util} | "
                 f"mem {r['mem_gib']:.2f} GiB")
 
+    def plot(self) -> Path:
+        return plot_losses(self.metrics.path, self.run_dir / "loss.png", f"{self.opts.config_name}: loss")
+
     def run(self) -> RunResult:
         self.preflight()
         self.setup()
@@ -304,40 +313,43 @@ class Trainer:
             distributed.shutdown(self.env)
 
     def loop(self) -> RunResult:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
         cfg, main = self.cfg, self.env.is_main
         self.describe()
+        if main:
+            self.console.print(estimate(cfg, self.model.cfg.vocab_size, self.device, world_size=self.env.world_size,
+                                        steps_left=cfg.train_iters - self.step, config_name=self.opts.config_name).describe())
         result = RunResult(self.run_dir, cfg.train_iters, resumed_from=self.step, notes=self.notes)
-        if self.step == 0:
-            result.first_val_loss = self.evaluate()
-            if main:
-                self.metrics.write({"kind": "eval", "step": 0, "loss": result.first_val_loss})
-                self.console.print(f"validation loss before training: {result.first_val_loss:.4f}")
-        progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                            TextColumn("{task.fields[info]}"), console=self.console,
-                            disable=not (main and self.console.is_terminal), transient=True)
-        with progress:
-            task = progress.add_task("train", total=cfg.train_iters, completed=self.step, info="")
+        with RunProgress(self.console, enabled=main, total=cfg.train_iters * self.accum,
+                         done=self.step * self.accum) as bar:
+            if self.step == 0:
+                result.first_val_loss = self.evaluate(bar.validation(cfg.eval_iters * self.accum))
+                if main:
+                    self.metrics.write({"kind": "eval", "step": 0, "loss": result.first_val_loss})
+                    self.console.print(f"validation loss before training: {result.first_val_loss:.4f}")
+            elif main:  # resumed: the run's history is in its metrics (kept up to the checkpoint's step)
+                evals = read_records(self.metrics.path, "eval")
+                result.first_val_loss = evals[0]["loss"] if evals and evals[0]["step"] == 0 else None
+                result.final_val_loss = evals[-1]["loss"] if evals and evals[-1]["step"] > 0 else None
             while self.step < cfg.train_iters:
-                record = self.train_step()
+                record = self.train_step(bar.advance)
                 result.final_train_loss = record["loss"]
                 if main:
                     self.metrics.write(record)
-                    progress.update(task, completed=self.step, info=f"loss {record['loss']:.4f}")
+                    bar.info(f"loss {record['loss']:.4f}")
                     if self.step % cfg.log_interval == 0 or self.step == 1:
                         self.console.print(self.log_line(record))
                 if self.step % cfg.eval_interval == 0 or self.step == cfg.train_iters:
-                    result.final_val_loss = self.evaluate()
+                    result.final_val_loss = self.evaluate(bar.validation(cfg.eval_iters * self.accum))
                     if main:
                         self.metrics.write({"kind": "eval", "step": self.step, "loss": result.final_val_loss})
                         self.console.print(f"step {self.step:>6}/{cfg.train_iters} | validation loss {result.final_val_loss:.4f}")
+                        result.plot = self.plot()  # at every evaluation: an interrupted run has one too
                 if self.step % cfg.save_interval == 0 or self.step == cfg.train_iters:
                     result.last_checkpoint = self.save()
         if main:
             result.metrics = self.metrics.path
             result.tensorboard = self.run_dir / "tensorboard"
-            result.plot = plot_losses(self.metrics.path, self.run_dir / "loss.png", f"{self.opts.config_name}: loss")
+            result.plot = self.plot()
             result.last_checkpoint = checkpoint.latest(self.ckpt_root)
         return result
 
