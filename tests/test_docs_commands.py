@@ -185,19 +185,6 @@ def _is_git_checkout() -> bool:
     return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode == 0
 
 
-# README lines that cannot run as written in a fresh clone of a CPU machine. The README is being
-# rewritten (markers, a corpus the clone has); while one of these is in it, its test must fail.
-README_GAPS = {
-    ".venv/bin/gptforge build apex": "a GPU-only command in a block without <!-- gpu -->",
-    "--input corpus.jsonl": "prepare reads corpus.jsonl, which a fresh clone does not have",
-}
-
-
-def known_gaps(markdown: Path) -> list[str]:
-    text = markdown.read_text()
-    return [why for line, why in README_GAPS.items() if markdown.name == "README.md" and line in text]
-
-
 FILES = [pytest.param(p, id=p.relative_to(ROOT).as_posix()) for p in markdown_files()]
 MODES = [pytest.param("default"), pytest.param("slow", marks=pytest.mark.slow),
          pytest.param("gpu", marks=pytest.mark.gpu)]
@@ -206,9 +193,7 @@ MODES = [pytest.param("default"), pytest.param("slow", marks=pytest.mark.slow),
 @pytest.mark.skipif(not _is_git_checkout(), reason="not a git checkout: nothing to clone")
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("markdown", FILES)
-def test_command_blocks_run_in_a_fresh_clone(markdown, mode, tmp_path, request):
-    if mode == "default" and (gaps := known_gaps(markdown)):
-        request.applymarker(pytest.mark.xfail(strict=True, reason="; ".join(gaps)))
+def test_command_blocks_run_in_a_fresh_clone(markdown, mode, tmp_path):
     clone = fresh_clone(tmp_path)
     ran, failures = run_file(clone / markdown.relative_to(ROOT), clone, mode)
     assert not failures, "\n\n".join(failures)
