@@ -76,9 +76,10 @@ def _nvcc_release(prefix: str) -> tuple[Version, str] | None:
 def _runtime_file(prefix: str) -> tuple[Version, str] | None:
     """The release of the prefix's libcudart, asked of the file itself; only when its real files agree."""
     layout = Layout.of(prefix)
-    reals = sorted({os.path.realpath(p) for d in layout.library_dirs() for p in glob.glob(os.path.join(d, "libcudart.so.*"))
-                    if os.path.isfile(p) and layout.inside(p)})
-    versions = {r.path: r.version[:2] for r in read_versions([(p, "cudaRuntimeGetVersion", "runtime") for p in reals]) if r.version}
+    names = [p for d in layout.library_dirs() for p in glob.glob(os.path.join(d, "libcudart.so.*"))]
+    reals = sorted({os.path.realpath(p) for p in names if os.path.isfile(p) and layout.inside(p)})
+    readings = read_versions([(p, "cudaRuntimeGetVersion", "runtime") for p in reals])
+    versions = {r.path: r.version[:2] for r in readings if r.version}
     if len(set(versions.values())) != 1:
         return None
     path, version = next(iter(versions.items()))
@@ -108,5 +109,6 @@ def _torch_cuda(prefix: str) -> tuple[Version, str]:
         cuda = ""
     if not cuda:
         raise UsageError("--cuda", f"cannot tell which CUDA {prefix} is for: no cuda-version package record, no "
-                         "version.json, no bin/nvcc, no libcudart that answers, no CUDA build of torch", "pass --cuda MAJOR.MINOR")
+                         "version.json, no bin/nvcc, no libcudart that answers, no CUDA build of torch",
+                         "pass --cuda MAJOR.MINOR")
     return parse_cuda(cuda), f"torch.version.cuda ({python})"

@@ -75,9 +75,13 @@ def find_cuda_home(prefix: str) -> tuple[str, str]:
     roots = [r for r in glob.glob(os.path.join(prefix, _WHEEL_ROOTS))
              if re.fullmatch(r"cu\d+", os.path.basename(r)) and os.path.isfile(os.path.join(r, "include", "cuda_runtime.h"))]
     if roots:
-        best = max(roots, key=lambda r: (os.path.isfile(os.path.join(r, "bin", "nvcc")), int(os.path.basename(r)[2:]), r))
-        return best, "wheels"
+        return max(roots, key=_wheel_root_rank), "wheels"
     raise GptforgeError(f"no CUDA toolkit in {prefix}: no {TARGET_DIR}, no include/cuda_runtime.h or bin/nvcc, "
                         "no site-packages/nvidia/cuXY with include/cuda_runtime.h",
                         "install the CUDA packages (conda: cuda-nvcc, cuda-cudart-dev; pip: nvidia-cuda-runtime, "
                         "nvidia-cuda-nvcc) or pass --prefix")
+
+
+def _wheel_root_rank(root: str) -> tuple:
+    """Prefer a tree with nvcc (a build needs it), then the newest major."""
+    return os.path.isfile(os.path.join(root, "bin", "nvcc")), int(os.path.basename(root)[2:]), root
