@@ -36,6 +36,32 @@ def fake_library(soname: str, runtime_number: int) -> str:
     return out
 
 
+# The version functions NVIDIA's libraries export, with their documented signatures (see
+# gptforge.links.libversion): a library built from one of these answers like the real one.
+_ABI_SOURCE = {
+    "runtime": "int {symbol}(int *v) {{ *v = {major} * 1000 + {minor} * 10; return 0; }}\n",
+    "major-minor": "int {symbol}(int *a, int *b) {{ *a = {major}; *b = {minor}; return 0; }}\n",
+    "property": "int {symbol}(int t, int *v) {{ int p[3] = {{{major}, {minor}, {patch}}}; "
+                "if (t < 0 || t > 2) return 7; *v = p[t]; return 0; }}\n",
+}
+
+
+def versioned_library(soname: str, symbol: str, abi: str, version: tuple[int, int, int]) -> str:
+    """A real shared library with SONAME ``soname`` whose ``symbol`` reports ``version`` through ``abi``.
+    Cached; copy it into a prefix, never link to it."""
+    out = os.path.join(_LIB_CACHE, f"{soname}-{symbol}-{'.'.join(map(str, version))}.so")
+    if not os.path.exists(out):
+        if shutil.which("gcc") is None:
+            pytest.skip("gcc is needed to build test libraries")
+        src = out + ".c"
+        with open(src, "w") as f:
+            f.write(_ABI_SOURCE[abi].format(symbol=symbol, major=version[0], minor=version[1], patch=version[2]))
+        tmp = out + ".tmp"
+        subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", tmp, src], check=True)
+        os.replace(tmp, out)
+    return out
+
+
 def runtime_number(version: tuple[int, ...]) -> int:
     return version[0] * 1000 + version[1] * 10
 

@@ -36,6 +36,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the plan; change nothing, load nothing")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--undo", action="store_true", help="restore the links recorded by the last repair")
+    parser.add_argument("--verbose", action="store_true", help="list every planned change and finding "
+                                                                "(by default repeated kinds are counted)")
+    parser.add_argument("--print-cuda-home", action="store_true",
+                        help="print the prefix's CUDA_HOME (conda, NVIDIA wheels or a plain toolkit) and exit")
     parser.set_defaults(func=run)
 
 
@@ -44,19 +48,36 @@ def run(args) -> int:
     from gptforge.links.expected import expected_cuda, resolve_prefix
 
     prefix = resolve_prefix(args.prefix)
+    if args.print_cuda_home:
+        return _print_cuda_home(prefix, args)
     if args.undo:
         result, source = links.undo(prefix, dry_run=args.dry_run), None
     else:
         cuda, source = expected_cuda(args.cuda, prefix)
-        result = links.fix(prefix, cuda, dry_run=args.dry_run)
+        result = links.fix(prefix, cuda, source=source, dry_run=args.dry_run)
     if args.json:
         print(json.dumps(_as_json(result, source, args.undo), indent=1))
     else:
-        _print_text(result, source, args.undo)
+        _print_text(result, source, args.undo, args.verbose)
     return result.exit_code
 
 
+def _print_cuda_home(prefix: str, args) -> int:
+    from gptforge.errors import UsageError
+    from gptforge.probe.cuda_home import find_cuda_home
+
+    others = [flag for flag, on in (("--cuda", args.cuda is not None), ("--dry-run", args.dry_run),
+                                    ("--undo", args.undo)) if on]
+    if others:
+        raise UsageError("--print-cuda-home", f"does not go with {', '.join(others)}", "use it with --prefix only")
+    home, layout = find_cuda_home(prefix)
+    print(json.dumps({"cuda_home": home, "layout": layout}) if args.json else home)
+    return 0
+
+
 def _as_json(result, source, undo: bool) -> dict:
+    from gptforge.links.report import step_kind
+
     layout = result.layout
     return {
         "ok": result.ok,
@@ -65,7 +86,7 @@ def _as_json(result, source, undo: bool) -> dict:
         "prefix": layout.prefix,
         "cuda": ".".join(map(str, result.cuda)) if result.cuda else None,
         "cuda_source": source,
-        "steps": [s.to_json(layout) for s in result.steps],
+        "steps": [{**s.to_json(layout), "kind": step_kind(layout, s)} for s in result.steps],
         "applied": result.applied,
         "chosen": {stem: {"file": layout.rel(c.real), "version": ".".join(map(str, c.version)), "soname": c.soname}
                    for stem, c in result.chosen.items()},
@@ -75,7 +96,9 @@ def _as_json(result, source, undo: bool) -> dict:
     }
 
 
-def _print_text(result, source, undo: bool) -> None:
+def _print_text(result, source, undo: bool, verbose: bool) -> None:
+    from gptforge.links.report import finding_lines, step_lines
+
     layout, out = result.layout, sys.stdout
     if result.cuda:
         out.write(f"prefix {layout.prefix}, CUDA {result.cuda[0]}.{result.cuda[1]} (from {source})\n")
@@ -83,20 +106,15 @@ def _print_text(result, source, undo: bool) -> None:
         out.write(f"prefix {layout.prefix}\n")
     if not result.steps:
         out.write("nothing to change\n")
-    for step in result.steps:
-        before = step.before.target if step.before.kind == "link" else step.before.kind
-        if step.action == "link":
-            out.write(f"  link {layout.rel(step.path)} -> {step.target}  (was: {before}; {step.reason})\n")
-        else:
-            out.write(f"  remove link {layout.rel(step.path)}  ({step.reason})\n")
+    for line in step_lines(layout, result.steps, verbose):
+        out.write(line + "\n")
     if result.steps:
         verb = "would change" if result.dry_run else "changed"
         out.write(f"{verb} {result.applied if not result.dry_run else len(result.steps)} of {len(result.steps)}\n")
     for loaded in result.verified:
         shown = loaded.version if loaded.version is not None else loaded.error
         out.write(f"verified {layout.rel(loaded.path)}: cudaRuntimeGetVersion = {shown}\n")
-    for f in result.findings:
-        fix = f"  -> {f.fix}" if f.fix else ""
-        out.write(f"{f.severity.value}: {f.code}: {f.message}{fix}\n")
+    for line in finding_lines(result.findings, verbose):
+        out.write(line + "\n")
     if undo and result.ok and result.steps and not result.dry_run:
         out.write("restored the links recorded before fix-links\n")

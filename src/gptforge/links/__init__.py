@@ -41,9 +41,10 @@ class Result:
         return 0 if self.ok else 1
 
 
-def fix(prefix: str, cuda: Version, *, dry_run: bool = False, verify: bool = True) -> Result:
+def fix(prefix: str, cuda: Version, *, source: str | None = None, dry_run: bool = False,
+        verify: bool = True) -> Result:
     layout = Layout.of(prefix)
-    plan = make_plan(layout, cuda)
+    plan = make_plan(layout, cuda, source)
     result = Result(layout, cuda, plan.steps, findings=list(plan.findings), chosen=plan.chosen, dry_run=dry_run)
     if dry_run:
         return result

@@ -11,6 +11,10 @@ import sys
 
 from gptforge.errors import UsageError
 from gptforge.links.families import Version
+from gptforge.links.layout import Layout
+from gptforge.links.libversion import read_versions
+from gptforge.probe.command import run_tool
+from gptforge.probe.nvcc import parse_nvcc_release
 
 
 def resolve_prefix(given: str | None, environ=os.environ) -> str:
@@ -39,13 +43,47 @@ def parse_cuda(text: str, flag: str = "--cuda") -> Version:
 
 
 def expected_cuda(given: str | None, prefix: str) -> tuple[Version, str]:
-    """(major, minor) and where it came from: --cuda, the cuda-version record, or torch."""
+    """(major, minor) and where it came from: --cuda, the cuda-version record, the prefix's own
+    toolkit (version.json, bin/nvcc, the runtime file), or torch."""
     if given is not None:
         return parse_cuda(given), "--cuda"
-    record = _cuda_version_record(prefix)
-    if record:
-        return record
+    for source in (_cuda_version_record, _version_json, _nvcc_release, _runtime_file):
+        found = source(prefix)
+        if found:
+            return found
     return _torch_cuda(prefix)
+
+
+def _version_json(prefix: str) -> tuple[Version, str] | None:
+    """NVIDIA's toolkit installers write $CUDA_HOME/version.json: {"cuda": {"version": "13.0.2"}, ...}."""
+    try:
+        with open(os.path.join(prefix, "version.json"), encoding="utf-8") as f:
+            version = json.load(f)["cuda"]["version"]
+        return parse_cuda(version, "version.json"), "version.json"
+    except (OSError, ValueError, KeyError, TypeError, UsageError):
+        return None
+
+
+def _nvcc_release(prefix: str) -> tuple[Version, str] | None:
+    nvcc = os.path.join(prefix, "bin", "nvcc")
+    if not os.access(nvcc, os.X_OK):
+        return None
+    code, out, err = run_tool([nvcc, "--version"])
+    release = parse_nvcc_release(out + err) if code == 0 else None
+    return (parse_cuda(release), f"bin/nvcc --version: release {release}") if release else None
+
+
+def _runtime_file(prefix: str) -> tuple[Version, str] | None:
+    """The release of the prefix's libcudart, asked of the file itself; only when its real files agree."""
+    layout = Layout.of(prefix)
+    names = [p for d in layout.library_dirs() for p in glob.glob(os.path.join(d, "libcudart.so.*"))]
+    reals = sorted({os.path.realpath(p) for p in names if os.path.isfile(p) and layout.inside(p)})
+    readings = read_versions([(p, "cudaRuntimeGetVersion", "runtime") for p in reals])
+    versions = {r.path: r.version[:2] for r in readings if r.version}
+    if len(set(versions.values())) != 1:
+        return None
+    path, version = next(iter(versions.items()))
+    return version, f"cudaRuntimeGetVersion of {layout.rel(path)}"
 
 
 def _cuda_version_record(prefix: str) -> tuple[Version, str] | None:
@@ -70,6 +108,7 @@ def _torch_cuda(prefix: str) -> tuple[Version, str]:
     except (OSError, subprocess.TimeoutExpired):
         cuda = ""
     if not cuda:
-        raise UsageError("--cuda", f"cannot tell which CUDA {prefix} is for: no cuda-version package record and "
-                         "no CUDA build of torch", "pass --cuda MAJOR.MINOR")
+        raise UsageError("--cuda", f"cannot tell which CUDA {prefix} is for: no cuda-version package record, no "
+                         "version.json, no bin/nvcc, no libcudart that answers, no CUDA build of torch",
+                         "pass --cuda MAJOR.MINOR")
     return parse_cuda(cuda), f"torch.version.cuda ({python})"

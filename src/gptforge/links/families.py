@@ -19,6 +19,13 @@ class Family:
     cuda_from: Version = (0,)
     table: tuple[Version, ...] | None = None  # for rule "table": versions shipped with the CUDA asked for
     why: str = ""
+    probe: tuple[str, str] | None = None  # (symbol, abi): the library's own version function, see libversion
+
+    @property
+    def detail(self) -> int:
+        """How many parts of a version the rule needs: a name with fewer (``libcudart.so.13``) is
+        read from the file itself."""
+        return {"cuda": 2, "table": 3}.get(self.rule, 1)
 
     @property
     def pattern(self) -> re.Pattern:
@@ -34,7 +41,8 @@ class Family:
         if self.rule == "cuda":
             return None if cuda < self.cuda_from else version[:2] == cuda[:2]
         if self.rule == "table":
-            return None if self.table is None else any(version[: len(t)] == t for t in self.table)
+            # a version read from the file has three parts (12.6.3), a file name four (12.6.3.3)
+            return None if self.table is None else any(version[: len(t)] == t[: len(version)] for t in self.table)
         return True  # newest-per-major: any version is a candidate; choice picks the newest
 
     def unversioned(self) -> str:
@@ -73,6 +81,7 @@ def families_for(cuda: Version) -> list[Family]:
                 cuda_from=parse_version(row.get("cuda_from", "0")),
                 table=table,
                 why=row.get("why", ""),
+                probe=(row["probe"]["symbol"], row["probe"]["abi"]) if "probe" in row else None,
             )
         )
     return out

@@ -40,13 +40,14 @@ class Plan:
     steps: list[Step] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     chosen: dict[str, scan.Candidate] = field(default_factory=dict)  # family stem -> file its links use
+    cuda_source: str | None = None  # where the CUDA release came from ("--cuda", a record, ...)
 
     def note(self, code: str, severity: Severity, message: str, fix: str = "") -> None:
         self.findings.append(Finding(code, severity, message, fix))
 
 
-def make_plan(layout: Layout, cuda: Version) -> Plan:
-    plan = Plan(layout, cuda, steps=stale_temp_steps(layout))
+def make_plan(layout: Layout, cuda: Version, cuda_source: str | None = None) -> Plan:
+    plan = Plan(layout, cuda, steps=stale_temp_steps(layout), cuda_source=cuda_source)
     _lib64(plan)
     _libraries(plan)
     _headers(plan)
@@ -91,13 +92,17 @@ def _lib64(plan: Plan) -> None:
 def _libraries(plan: Plan) -> None:
     families = families_for(plan.cuda)
     names = scan.library_names(plan.layout, {f.stem for f in families})
+    found = {f.stem: scan.candidates(plan.layout, f, names[f.stem]) for f in families if f.stem in names}
+    unread = [(f, u) for f in families if f.stem in found for u in found[f.stem][2]]
+    for (family, _), item in zip(unread, scan.read_unread(unread)):
+        good, ignored, _ = found[family.stem]
+        (good if isinstance(item, scan.Candidate) else ignored).append(item)
     for family in families:
-        if family.stem in names:
-            _family(plan, family, names[family.stem])
+        if family.stem in found:
+            _family(plan, family, *found[family.stem][:2])
 
 
-def _family(plan: Plan, family: Family, names: list[tuple[str, str]]) -> None:
-    found, ignored = scan.candidates(plan.layout, family, names)
+def _family(plan: Plan, family: Family, found: list[scan.Candidate], ignored: list[scan.Ignored]) -> None:
     for item in ignored:
         plan.note("links-candidate-ignored", INFO, f"{family.stem}: {item.path} ignored: {item.reason}")
     if not found:
@@ -127,14 +132,15 @@ def _wanted(plan: Plan, family: Family, found: list[scan.Candidate]) -> dict[str
     if any(v is None for _, v in verdicts):
         plan.note("links-rule-unknown", WARNING,
                   f"{family.stem}: gptforge has no version facts for it with CUDA {_v(plan.cuda)}; links left as they are",
-                  "pass --cuda X.Y if the environment's CUDA is another release")
+                  _cuda_hint(plan, "if the environment's CUDA is another release"))
         return {}
     matching = [c for c, ok in verdicts if ok]
     if not matching:
         have = ", ".join(sorted(_v(c.version) for c in found))
         plan.note("links-no-match", ERROR,
                   f"{family.stem}: no real file for CUDA {_v(plan.cuda)} in the prefix (found {have})",
-                  f"install the {family.stem} of CUDA {_v(plan.cuda)} (e.g. pin cuda-version={_v(plan.cuda)}), or pass --cuda")
+                  f"install the {family.stem} of CUDA {_v(plan.cuda)} (e.g. pin cuda-version={_v(plan.cuda)}), or "
+                  + _cuda_hint(plan, "with the environment's CUDA"))
         return {}
     best = newest(matching)
     plan.chosen[family.stem] = best
@@ -197,6 +203,12 @@ def _same_bytes(a: str, b: str) -> bool:
         return False
     with open(a, "rb") as fa, open(b, "rb") as fb:
         return fa.read() == fb.read()
+
+
+def _cuda_hint(plan: Plan, when: str) -> str:
+    if plan.cuda_source == "--cuda":  # never suggest the flag that was already given
+        return f"make sure --cuda {_v(plan.cuda)} is the environment's CUDA release"
+    return f"pass --cuda X.Y {when}"
 
 
 def _v(version: Version) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from gptforge.links.elf import read_soname
 from gptforge.links.families import Family, Version
 from gptforge.links.layout import Layout
+from gptforge.links.libversion import read_versions
 
 _LIB_NAME = re.compile(r"(lib[A-Za-z0-9_]+)\.so(?:\.\d+(?:\.\d+)*)?$")
 
@@ -72,11 +73,25 @@ def library_names(layout: Layout, wanted: set[str]) -> dict[str, list[tuple[str,
     return found
 
 
-def candidates(layout: Layout, family: Family, names: list[tuple[str, str]]) -> tuple[list[Candidate], list[Ignored]]:
-    """Real files of ``family`` inside the prefix whose file name, version and SONAME agree."""
+@dataclass(frozen=True)
+class Unread:
+    """A real file whose name holds only its SONAME's major: its version must be read from it."""
+
+    path: str  # as found, relative to the prefix
+    real: str
+    soname: str
+
+
+Found = tuple[list[Candidate], list[Ignored], list[Unread]]
+
+
+def candidates(layout: Layout, family: Family, names: list[tuple[str, str]]) -> Found:
+    """Real files of ``family`` inside the prefix whose file name, version and SONAME agree; those
+    whose name is too short for the family's rule come back as ``Unread``."""
     seen: set[str] = set()
     good: list[Candidate] = []
     ignored: list[Ignored] = []
+    unread: list[Unread] = []
     for directory, name in names:
         path = os.path.join(directory, name)
         if family.version_of(name) is None:
@@ -86,11 +101,33 @@ def candidates(layout: Layout, family: Family, names: list[tuple[str, str]]) -> 
             continue
         seen.add(real)
         problem, cand = _judge(layout, family, real)
-        if cand is not None:
+        if isinstance(cand, Candidate) and len(cand.version) < family.detail:
+            if family.probe is None:
+                ignored.append(Ignored(layout.rel(path), f"its name {os.path.basename(real)} does not carry the "
+                                       "version and the library has no version function gptforge knows"))
+            else:
+                unread.append(Unread(layout.rel(path), real, cand.soname))
+        elif cand is not None:
             good.append(cand)
         else:
             ignored.append(Ignored(layout.rel(path), problem))
-    return good, ignored
+    return good, ignored, unread
+
+
+def read_unread(items: list[tuple[Family, Unread]]) -> list[Candidate | Ignored]:
+    """Ask each file its own version (one fresh process for all); keep those whose major is the SONAME's."""
+    readings = read_versions([(u.real, *family.probe) for family, u in items])
+    out: list[Candidate | Ignored] = []
+    for (family, u), reading in zip(items, readings):
+        version = reading.version
+        if version is None:
+            out.append(Ignored(u.path, f"its version could not be read from the file: {reading.error}"))
+        elif version[0] != family.version_of(u.soname)[0]:
+            out.append(Ignored(u.path, f"{family.probe[0]} says {'.'.join(map(str, version))}, "
+                                       f"not the major of its SONAME {u.soname}"))
+        else:
+            out.append(Candidate(u.real, version, u.soname))
+    return out
 
 
 def _judge(layout: Layout, family: Family, real: str) -> tuple[str, Candidate | None]:

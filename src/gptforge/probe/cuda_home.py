@@ -1,9 +1,13 @@
-"""The layout of the CUDA root that builds will use: lib64, headers, the toolkit's libcudart."""
+"""The layout of the CUDA root that builds will use: lib64, headers, the toolkit's libcudart; and
+which directory of an environment prefix is its CUDA_HOME, whatever the layout."""
 
 from __future__ import annotations
 
 import glob
 import os
+import re
+
+from gptforge.errors import GptforgeError
 
 from gptforge.probe.cudart import describe_libcudart
 from gptforge.probe.nvcc import cuda_home_setting
@@ -51,3 +55,33 @@ def probe_cuda_home(env: dict | None = None) -> dict:
         info["headers_only_in_targets"] = True
     info["libcudart"] = _toolkit_libcudart(path)
     return info
+
+
+# NVIDIA's CUDA 13+ wheels install one toolkit tree per major: site-packages/nvidia/cu13/{bin,include,lib}
+_WHEEL_ROOTS = os.path.join("lib", "python3*", "site-packages", "nvidia", "cu[0-9]*")
+
+
+def find_cuda_home(prefix: str) -> tuple[str, str]:
+    """(CUDA_HOME, layout) for an environment prefix: "conda" (conda-forge's targets/x86_64-linux;
+    CUDA_HOME is the prefix itself, which fix-links makes complete), "toolkit" (include/cuda_runtime.h
+    or bin/nvcc in the prefix: a plain toolkit, or a wheel root given directly) or "wheels" (the
+    nvidia/cuXY root in site-packages; with several, the newest major that has nvcc, else the newest)."""
+    targets = os.path.isdir(os.path.join(prefix, TARGET_DIR))
+    toolkit = any(os.path.isfile(os.path.join(prefix, *p)) for p in (("include", "cuda_runtime.h"), ("bin", "nvcc")))
+    if targets and (os.path.isdir(os.path.join(prefix, "conda-meta")) or not toolkit):
+        return prefix, "conda"
+    if toolkit:
+        return prefix, "toolkit"
+    roots = [r for r in glob.glob(os.path.join(prefix, _WHEEL_ROOTS))
+             if re.fullmatch(r"cu\d+", os.path.basename(r)) and os.path.isfile(os.path.join(r, "include", "cuda_runtime.h"))]
+    if roots:
+        return max(roots, key=_wheel_root_rank), "wheels"
+    raise GptforgeError(f"no CUDA toolkit in {prefix}: no {TARGET_DIR}, no include/cuda_runtime.h or bin/nvcc, "
+                        "no site-packages/nvidia/cuXY with include/cuda_runtime.h",
+                        "install the CUDA packages (conda: cuda-nvcc, cuda-cudart-dev; pip: nvidia-cuda-runtime, "
+                        "nvidia-cuda-nvcc) or pass --prefix")
+
+
+def _wheel_root_rank(root: str) -> tuple:
+    """Prefer a tree with nvcc (a build needs it), then the newest major."""
+    return os.path.isfile(os.path.join(root, "bin", "nvcc")), int(os.path.basename(root)[2:]), root
