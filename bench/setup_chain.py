@@ -34,10 +34,13 @@ def main() -> int:
     parser.add_argument("--env", default="cuda-13-0")
     parser.add_argument("--apex-src", help="apex source tree for build-apex (--src)")
     parser.add_argument("--train", nargs="*", default=[], help="arguments for train-gpt2")
+    parser.add_argument("--only", choices=("setup", "train-gpt2"), help="run only the setup chain, or only train-gpt2")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
     ws = Workspace(ROOT)
     steps = [t for t in ws.order(args.env, "setup") if t.cmd] + [ws.tasks(args.env)["train-gpt2"]]
+    if args.only:
+        steps = steps[-1:] if args.only == "train-gpt2" else steps[:-1]
     extra = {"build-apex": ["--src", args.apex_src] if args.apex_src else [], "train-gpt2": args.train}
     rows = []
     for task in steps:
