@@ -21,7 +21,7 @@ from conftest import gptforge_executable
 CUDAS = [(12, 4), (12, 8), (13, 0)]
 POOL = {
     "libcudart": [(12, 4, 127), (12, 4, 99), (12, 8, 90), (13, 0, 96)],
-    "libcublas": [(12, 4, 5, 8), (12, 8, 4, 1), (13, 0, 0, 19)],
+    "libcublas": [(12, 4, 5, 8), (12, 8, 4, 1), (13, 0, 0, 19), (13, 1, 1, 3)],
     "libcusparse": [(12, 3, 1, 170), (12, 5, 8, 93), (12, 6, 3, 3)],
     "libcudnn": [(8, 9, 7, 29), (9, 1, 0, 70), (9, 10, 2, 21)],
 }
@@ -118,6 +118,10 @@ def expected_choice(spec: dict, stem: str):
     family = next(f for f in families_for(spec["cuda"]) if f.stem == stem)
     if family.rule == "newest-per-major":
         return max(good, default=None)
+    if family.rule == "cuda-or-newer-minor":  # same major, minor not older; the exact release first
+        cuda = spec["cuda"]
+        usable = [v for v in good if v[0] == cuda[0] and v[:2] >= cuda[:2]]
+        return max([v for v in usable if v[:2] == cuda[:2]] or usable, default=None)
     return max((v for v in good if family.matches(v, spec["cuda"])), default=None)
 
 

@@ -15,7 +15,7 @@ Version = tuple[int, ...]
 @dataclass(frozen=True)
 class Family:
     stem: str  # "libcudart"
-    rule: str  # "cuda" | "table" | "newest-per-major"
+    rule: str  # "cuda" | "cuda-or-newer-minor" | "table" | "newest-per-major"
     cuda_from: Version = (0,)
     table: tuple[Version, ...] | None = None  # for rule "table": versions shipped with the CUDA asked for
     why: str = ""
@@ -25,7 +25,7 @@ class Family:
     def detail(self) -> int:
         """How many parts of a version the rule needs: a name with fewer (``libcudart.so.13``) is
         read from the file itself."""
-        return {"cuda": 2, "table": 3}.get(self.rule, 1)
+        return {"cuda": 2, "cuda-or-newer-minor": 2, "table": 3}.get(self.rule, 1)
 
     @property
     def pattern(self) -> re.Pattern:
@@ -40,6 +40,8 @@ class Family:
         """Whether a real file of ``version`` belongs with ``cuda``; None when the facts cannot tell."""
         if self.rule == "cuda":
             return None if cuda < self.cuda_from else version[:2] == cuda[:2]
+        if self.rule == "cuda-or-newer-minor":
+            return None if cuda < self.cuda_from else version[0] == cuda[0] and version[:2] >= cuda[:2]
         if self.rule == "table":
             # a version read from the file has three parts (12.6.3), a file name four (12.6.3.3)
             return None if self.table is None else any(version[: len(t)] == t[: len(version)] for t in self.table)

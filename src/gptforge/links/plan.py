@@ -142,7 +142,8 @@ def _wanted(plan: Plan, family: Family, found: list[scan.Candidate]) -> dict[str
                   f"install the {family.stem} of CUDA {_v(plan.cuda)} (e.g. pin cuda-version={_v(plan.cuda)}), or "
                   + _cuda_hint(plan, "with the environment's CUDA"))
         return {}
-    best = newest(matching)
+    exact = [c for c in matching if c.version[:2] == plan.cuda[:2]]
+    best = newest(exact or matching)
     plan.chosen[family.stem] = best
     return {family.unversioned(): best, best.soname: best}
 
