@@ -36,6 +36,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print the plan; change nothing, load nothing")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--undo", action="store_true", help="restore the links recorded by the last repair")
+    parser.add_argument("--allow-system-prefix", action="store_true",
+                        help="allow a system directory (/, /usr, /usr/local, /opt, /lib, ...) as the prefix")
     parser.set_defaults(func=run)
 
 
@@ -43,7 +45,7 @@ def run(args) -> int:
     from gptforge import links
     from gptforge.links.expected import expected_cuda, resolve_prefix
 
-    prefix = resolve_prefix(args.prefix)
+    prefix = resolve_prefix(args.prefix, allow_system=args.allow_system_prefix)
     if args.undo:
         result, source = links.undo(prefix, dry_run=args.dry_run), None
     else:
