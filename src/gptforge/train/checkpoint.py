@@ -157,7 +157,7 @@ def load_file(path: Path):
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch.load raises whatever its unpickler meets in a damaged file
-        if isinstance(err, pickle.UnpicklingError) and "Weights only load failed" in str(err):
+        if isinstance(err, pickle.UnpicklingError) and "Unsupported global" in str(err):
             raise GptforgeError(f"refused to read {path}: it holds Python objects other than tensors and plain "
                                 "values (loading them could run code)", "use a checkpoint you trust, written by gptforge") from None
         first_line = (str(err).strip().splitlines() or [""])[0][:120]
