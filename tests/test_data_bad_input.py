@@ -240,7 +240,7 @@ def test_unusable_tokenizer_and_default_corpus_directories(cli, tmp_path):
     before = _listing(tmp_path)
     for bad in (tmp_path / "afile", tmp_path / "loop" / "x"):
         _one_line_error(cli("prepare", "--input", str(src), "--output-prefix", str(tmp_path / "o"), "--tokenizer", "bytelevel",
-                            "--vocab-size", "300", "--tokenizer-dir", str(bad)), "cannot save the tokenizer")
+                            "--vocab-size", "300", "--tokenizer-dir", str(bad)), "--tokenizer-dir", "no vocab.json")
         _one_line_error(cli("prepare", "--default-corpus", str(bad)), "--default-corpus", "cannot create")
     _one_line_error(cli("prepare", "--input", str(src), "--output-prefix", str(tmp_path / "o"),
                         "--vocab-file", str(tmp_path), "--merge-file", str(src)), "--vocab-file", "is not a file")

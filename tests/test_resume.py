@@ -44,17 +44,17 @@ def reference(tmp_path_factory, cache):
 
 def test_checkpoint_holds_everything_a_resume_needs(reference):
     ckpt = reference / "checkpoints" / "step_00000012"
-    state = torch.load(ckpt / "trainer.pt", weights_only=False)
+    state = torch.load(ckpt / "trainer.pt", weights_only=True)
     assert state["step"] == 12 and state["consumed_samples"] == 12 * 8  # data position
     assert state["scheduler"]["last_epoch"] == 12 and state["scheduler"]["_last_lr"]
     assert "scaler" in state  # None in fp32; the fp16 round trip is test_fp16_loss_scale_survives_a_checkpoint
     assert state["model_shape"]["hidden_size"] == 32 and state["tokenizer"]["kind"]
     model = torch.load(ckpt / "model.pt", weights_only=True)
-    optimizer = torch.load(ckpt / "optimizer.pt", weights_only=False)
+    optimizer = torch.load(ckpt / "optimizer.pt", weights_only=True)
     assert "wte.weight" in model
     assert len(optimizer["state"]) == len(model) - 1  # every parameter's Adam moments (lm_head is tied to wte)
     assert all(int(s["step"]) == 12 for s in optimizer["state"].values())
-    rng_state = torch.load(ckpt / "rng_rank0.pt", weights_only=False)
+    rng_state = torch.load(ckpt / "rng_rank0.pt", weights_only=True)
     assert {"python", "numpy", "torch_cpu"} <= set(rng_state)
 
 
@@ -77,7 +77,8 @@ def test_fp16_loss_scale_survives_a_checkpoint(tmp_path):
     first.scaler.scale(torch.ones(()))  # the scale exists once a loss was scaled
     first.scaler.update(1234.0)
     model_state, optim_state, extra = first.state()
-    checkpoint.write_main_files(tmp_path, 1, model_state, optim_state, {"step": 1, **extra})
+    checkpoint.write_main_files(tmp_path, 1, model_state, optim_state, {"step": 1, "model_shape": {}, **extra})
+    checkpoint.write_checksums(tmp_path)
     second = engine()
     assert second.scaler.get_scale() != 1234.0
     second.load(tmp_path, checkpoint.read_trainer_state(tmp_path))

@@ -45,11 +45,18 @@ def test_cuda_asked_for_without_a_gpu(run_dir, cli):
 
 
 @pytest.mark.parametrize("damaged", ["model.pt", "trainer.pt"])
-def test_damaged_checkpoint_file(run_dir, cli, tmp_path, damaged):
+@pytest.mark.parametrize("resigned", [False, True], ids=["checksum", "unreadable"])
+def test_damaged_checkpoint_file(run_dir, cli, tmp_path, damaged, resigned):
+    from gptforge.train import checkpoint
+
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
-    (copy / "checkpoints" / "step_00000002" / damaged).write_bytes(b"not a torch file")
-    one_line_error(cli("sample", "--checkpoint", str(copy), "--prompt", "x"), 1, f"cannot read {copy}", damaged, "damaged")
+    ckpt = copy / "checkpoints" / "step_00000002"
+    (ckpt / damaged).write_bytes(b"not a torch file")
+    if resigned:  # checksums that match the damage: the loader itself must still fail in one line
+        checkpoint.write_checksums(ckpt)
+    words = [f"cannot read {copy}"] if resigned else [str(ckpt / damaged), "checksum mismatch"]
+    one_line_error(cli("sample", "--checkpoint", str(copy), "--prompt", "x"), 1, *words, damaged, "damaged")
 
 
 def test_missing_tokenizer(run_dir, cli, tmp_path):

@@ -16,8 +16,8 @@ formats: jsonl (one JSON object per line), parquet (columns named by --json-keys
   is one document); chosen from the file suffix unless --format is given.
 tokenizers: gpt2 reads --vocab-file/--merge-file (Megatron's gpt2-vocab.json/gpt2-merges.txt) or
   --tokenizer-dir, else the original GPT-2 files shipped with gptforge (sha256-checked); bytelevel
-  loads --tokenizer-dir, or trains a byte-level BPE of --vocab-size tokens on the corpus and saves
-  it there (default: <output-prefix>_tokenizer).
+  loads --tokenizer-dir (only ever read), or trains a byte-level BPE of --vocab-size tokens on the
+  corpus and saves it beside the output (<output-prefix>_tokenizer).
 examples:
   gptforge prepare --input corpus.jsonl --output-prefix data/my-gpt2 --tokenizer gpt2 \\
       --vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt --append-eod --workers 8
@@ -62,7 +62,8 @@ def _register_prepare(subparsers) -> None:
     p.add_argument("--tokenizer", choices=("gpt2", "bytelevel"), default="gpt2", help="tokenizer (default: gpt2)")
     p.add_argument("--vocab-file", help="GPT-2 style vocab.json")
     p.add_argument("--merge-file", help="GPT-2 style merges.txt")
-    p.add_argument("--tokenizer-dir", help="directory with vocab.json + merges.txt (bytelevel: trained there if empty)")
+    p.add_argument("--tokenizer-dir", help="directory with vocab.json + merges.txt, only read (a bytelevel tokenizer "
+                   "is trained into <output-prefix>_tokenizer when no --tokenizer-dir is given)")
     p.add_argument("--vocab-size", type=int, help="vocabulary size of a trained bytelevel tokenizer (default 8192)")
     p.add_argument("--append-eod", action="store_true", help="append <|endoftext|> to every non-empty document")
     p.add_argument("--workers", type=int, default=1, help="tokenizer processes (default 1)")

@@ -40,6 +40,8 @@ def add_arguments(parser) -> None:
                                                                 "(by default repeated kinds are counted)")
     parser.add_argument("--print-cuda-home", action="store_true",
                         help="print the prefix's CUDA_HOME (conda, NVIDIA wheels or a plain toolkit) and exit")
+    parser.add_argument("--allow-system-prefix", action="store_true",
+                        help="allow a system directory (/, /usr, /usr/local, /opt, /lib, ...) as the prefix")
     parser.set_defaults(func=run)
 
 
@@ -47,7 +49,7 @@ def run(args) -> int:
     from gptforge import links
     from gptforge.links.expected import expected_cuda, resolve_prefix
 
-    prefix = resolve_prefix(args.prefix)
+    prefix = resolve_prefix(args.prefix, allow_system=args.allow_system_prefix)
     if args.print_cuda_home:
         return _print_cuda_home(prefix, args)
     if args.undo:

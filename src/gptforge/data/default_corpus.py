@@ -167,7 +167,7 @@ def _build(out_dir: Path, expected: dict, vocab_size: int, progress: bool, prepa
     for stale in ("vocab.json", "merges.txt"):  # retrain: the vocab size or Python may have changed
         (tokenizer_dir / stale).unlink(missing_ok=True)
     result = prepare(
-        [corpus], out_dir / CORPUS_NAME, tokenizer="bytelevel", tokenizer_dir=tokenizer_dir,
+        [corpus], out_dir / CORPUS_NAME, tokenizer="bytelevel", trained_tokenizer_dir=tokenizer_dir,
         vocab_size=vocab_size, append_eod=True, progress=progress,
     )
     manifest = {**expected, "documents": documents, "tokens": result.tokens, "corpus_sha256": sha,

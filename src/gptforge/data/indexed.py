@@ -10,8 +10,10 @@ every sequence's tokens in the index dtype. Same files as ``megatron/core/datase
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import shutil
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from gptforge.errors import GptforgeError, UsageError
+from gptforge.storage import write_failed
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -119,6 +122,18 @@ def output_directory(prefix: str | os.PathLike) -> Iterator[None]:
         raise
 
 
+@contextlib.contextmanager
+def pair_lock(prefix: str | os.PathLike, *, exclusive: bool):
+    """An flock on the pair's directory: a publisher holds it exclusively while it renames the two
+    files, readers share it while they open them, so a reader gets the old pair or the new one."""
+    fd = os.open(Path(os.fspath(prefix)).parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # drops the lock
+
+
 @dataclass(frozen=True)
 class Index:
     """The parsed ``.idx`` file (arrays are read-only views of a memory map)."""
@@ -210,6 +225,11 @@ class IndexedDataset:
 
     def __init__(self, prefix: str | os.PathLike):
         self.prefix = os.fspath(prefix)
+        parent = Path(self.prefix).parent
+        with pair_lock(prefix, exclusive=False) if parent.is_dir() else contextlib.nullcontext():
+            self._open(prefix)
+
+    def _open(self, prefix: str | os.PathLike) -> None:
         self.index = read_index(idx_path(prefix))
         data = bin_path(prefix)
         if not data.is_file():
@@ -388,13 +408,34 @@ class IndexedDatasetWriter:
             raise
 
     def publish(self) -> None:
-        """Rename the sealed files into place."""
-        if self.tokenizer is not None:
-            os.replace(self._tmp_meta, meta_path(self.prefix))
-        else:
-            meta_path(self.prefix).unlink(missing_ok=True)  # a record of earlier contents would now be wrong
-        os.replace(self._tmp_bin, bin_path(self.prefix))
-        os.replace(self._tmp_idx, idx_path(self.prefix))
+        """Rename the sealed files into place as a pair: readers (see ``pair_lock``) see the old pair
+        or the new one, and a failed rename puts the old ``.bin`` back, so the old pair stays valid."""
+        final_bin, final_idx = bin_path(self.prefix), idx_path(self.prefix)
+        backup = Path(f"{final_bin}.old-{os.getpid()}")
+        with pair_lock(self.prefix, exclusive=True):
+            had_bin = final_bin.is_file()
+            if had_bin:
+                _keep_copy(final_bin, backup)
+            moved = False
+            try:
+                os.replace(self._tmp_bin, final_bin)
+                moved = True
+                os.replace(self._tmp_idx, final_idx)
+            except OSError as err:
+                if moved and had_bin:
+                    os.replace(backup, final_bin)
+                elif moved:
+                    final_bin.unlink(missing_ok=True)
+                self.abort()
+                raise IndexedDatasetError(f"cannot publish {final_bin.name}/{final_idx.suffix}: "
+                                          f"{write_failed(final_idx, err).message}",
+                                          f"the previous {final_bin.name} and {final_idx.name} are unchanged") from None
+            finally:
+                backup.unlink(missing_ok=True)
+            if self.tokenizer is not None:
+                os.replace(self._tmp_meta, meta_path(self.prefix))
+            else:
+                meta_path(self.prefix).unlink(missing_ok=True)  # a record of earlier contents would now be wrong
 
     def abort(self) -> None:
         self._bin.close()
@@ -409,6 +450,15 @@ class IndexedDatasetWriter:
             self.finalize()
         else:
             self.abort()
+
+
+def _keep_copy(path: Path, copy: Path) -> None:
+    """A second name for ``path``'s current data (a hard link; a copy where links are not allowed)."""
+    copy.unlink(missing_ok=True)
+    try:
+        os.link(path, copy)
+    except OSError:
+        shutil.copy2(path, copy)
 
 
 def _as_int_array(tokens) -> np.ndarray:
@@ -442,6 +492,8 @@ def merge_datasets(prefixes: Sequence[str | os.PathLike], output_prefix: str | o
     if not prefixes:
         raise IndexedDatasetError("nothing to merge", "give at least one prefix")
     check_output_prefix(output_prefix)
+    check_not_an_input([p for prefix in prefixes for p in (bin_path(prefix), idx_path(prefix))],
+                       [bin_path(output_prefix), idx_path(output_prefix)])
     dtype = IndexedDataset(prefixes[0]).dtype
     tokenizer = common_tokenizer(prefixes)
     try:
@@ -449,5 +501,16 @@ def merge_datasets(prefixes: Sequence[str | os.PathLike], output_prefix: str | o
             for prefix in prefixes:
                 writer.add_index(prefix)
     except OSError as err:
-        raise IndexedDatasetError(f"{err.filename or output_prefix}: {err.strerror}") from None
+        raise write_failed(f"{output_prefix}.bin/.idx", err) from None
     return IndexedDataset(output_prefix)
+
+
+def check_not_an_input(inputs: Iterable[str | os.PathLike], outputs: Iterable[str | os.PathLike],
+                       flag: str = "--output-prefix") -> None:
+    """Refuse an output that would overwrite one of the inputs (the same file under any name)."""
+    existing = [Path(p) for p in inputs if p and Path(p).exists()]
+    for out in outputs:
+        out = Path(out)
+        for given in existing:
+            if out.exists() and os.path.samefile(out, given) or os.path.realpath(out) == os.path.realpath(given):
+                raise UsageError(flag, f"{out} would overwrite the input {given}", "choose an output prefix that names no input")

@@ -2,16 +2,23 @@
 
 Documents are read in order, tokenized in chunks (in this process, or by ``workers`` processes),
 and written in input order, so the output does not depend on the worker count. Outputs are written
-under temporary names and renamed only when every document is in; any error removes them.
+under temporary names (``*.partial-PID``) and renamed only when every document is in; an error,
+Ctrl-C or SIGTERM removes them, and a later run removes those a killed process left behind.
+
+Files the user names as input (the corpus, --tokenizer-dir, --vocab-file, --merge-file) are only
+read: a tokenizer trained here is saved beside the output (``<output-prefix>_tokenizer``).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import multiprocessing
 import os
+import shutil
 import signal
+import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -20,10 +27,20 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from gptforge.data.indexed import IndexedDatasetWriter, check_output_prefix, optimal_dtype, output_directory
+from gptforge.data.indexed import (IndexedDatasetWriter, bin_path, check_not_an_input, check_output_prefix, idx_path,
+                                   optimal_dtype, output_directory)
 from gptforge.data.readers import CorpusError, Record, SkipLog, read_corpus
-from gptforge.data.tokenizer import VOCAB_NAME, Tokenizer, load_tokenizer, remove_trained, train_bytelevel
+from gptforge.data.tokenizer import VOCAB_NAME, Tokenizer, load_tokenizer, publish_trained, train_bytelevel
 from gptforge.errors import GptforgeError, UsageError
+from gptforge.storage import write_failed
+
+PARTIAL = ".partial-"  # a name being written by process PID: NAME.partial-PID
+
+
+class Terminated(GptforgeError):
+    """SIGTERM arrived: the outputs were removed."""
+
+    exit_code = 128 + signal.SIGTERM
 
 CHUNK_RECORDS = 256
 
@@ -62,18 +79,30 @@ def resolve_tokenizer(
     vocab_file=None,
     merge_file=None,
     vocab_size: int | None = None,
-) -> tuple[Tokenizer, Path | None, bool]:
-    """(tokenizer, its directory, trained here): a ``bytelevel`` one is trained on ``corpus`` when
-    its directory is empty."""
-    if kind == "bytelevel" and vocab_file is None:
-        directory = Path(tokenizer_dir) if tokenizer_dir else default_tokenizer_dir(output_prefix)
-        if not (directory / VOCAB_NAME).is_file():
-            return train_bytelevel(corpus, directory, vocab_size=vocab_size or 8192), directory, True
-        return load_tokenizer(kind, tokenizer_dir=directory), directory, False
+    trained_dir=None,
+) -> tuple[Tokenizer, Path | None, Path | None]:
+    """(tokenizer, its directory, the staging directory of one trained here or None).
+
+    ``tokenizer_dir`` is the user's: only read. A ``bytelevel`` tokenizer without one is loaded from
+    ``trained_dir`` (default ``<output-prefix>_tokenizer``) or trained on ``corpus`` into a staging
+    directory beside it, which ``publish_trained`` renames into place once the data is written."""
+    if kind == "bytelevel" and vocab_file is None and tokenizer_dir is None:
+        directory = Path(trained_dir) if trained_dir else default_tokenizer_dir(output_prefix)
+        if (directory / VOCAB_NAME).is_file():
+            return load_tokenizer(kind, tokenizer_dir=directory), directory, None
+        staging = Path(f"{directory}{PARTIAL}{os.getpid()}")
+        return train_bytelevel(corpus, staging, vocab_size=vocab_size or 8192), directory, staging
+    if tokenizer_dir is not None and not (Path(tokenizer_dir) / VOCAB_NAME).is_file():
+        raise UsageError("--tokenizer-dir", f"{tokenizer_dir} has no {VOCAB_NAME}; prepare reads that directory, never writes it",
+                         f"give a directory holding vocab.json and merges.txt, or drop --tokenizer-dir to train a "
+                         f"bytelevel tokenizer into {default_tokenizer_dir(output_prefix)}")
+    if vocab_size is not None and kind == "bytelevel":
+        raise UsageError("--vocab-size", "a tokenizer is only trained without --tokenizer-dir/--vocab-file",
+                         "drop --vocab-size, or drop --tokenizer-dir to train one")
     if vocab_size is not None:
         raise UsageError("--vocab-size", "only a bytelevel tokenizer is trained", "drop --vocab-size or use --tokenizer bytelevel")
     tok = load_tokenizer(kind, tokenizer_dir=tokenizer_dir, vocab_file=vocab_file, merge_file=merge_file)
-    return tok, Path(tokenizer_dir) if tokenizer_dir else None, False
+    return tok, Path(tokenizer_dir) if tokenizer_dir else None, None
 
 
 # --- tokenization (runs in worker processes too) ---------------------------------------------
@@ -172,6 +201,7 @@ def prepare(
     vocab_file=None,
     merge_file=None,
     tokenizer_dir=None,
+    trained_tokenizer_dir=None,
     vocab_size: int | None = None,
     append_eod: bool = False,
     workers: int = 1,
@@ -180,43 +210,99 @@ def prepare(
 ) -> PrepareResult:
     """Tokenize ``inputs`` into ``<output_prefix>_<key>_document.bin/.idx`` for every json key."""
     _check_arguments(inputs, output_prefix, workers, json_keys)
+    check_not_an_input([*inputs, vocab_file, merge_file, tokenizer_dir],
+                       [p for key in json_keys for p in _pair(output_prefix_for(output_prefix, key))]
+                       + [trained_tokenizer_dir or default_tokenizer_dir(output_prefix)])
+    remove_dead_leftovers(output_prefix, trained_tokenizer_dir)
 
     def read(skipped: SkipLog) -> Iterator[Record]:
         return read_corpus(inputs, fmt=fmt, json_keys=json_keys, skip_bad_lines=skip_bad_lines, skipped=skipped)
 
     _require_text(read, inputs)
-    with output_directory(output_prefix):  # created now; removed again if this run fails
-        training_text = (text for record in read(SkipLog()) for text in record.texts)
-        tok, tok_dir, trained = resolve_tokenizer(
-            tokenizer, training_text, output_prefix=output_prefix, tokenizer_dir=tokenizer_dir,
-            vocab_file=vocab_file, merge_file=merge_file, vocab_size=vocab_size,
-        )
-        result = PrepareResult({key: output_prefix_for(output_prefix, key) for key in json_keys}, tok_dir, tok, trained)
-        writers: list[IndexedDatasetWriter] = []
-        start = time.perf_counter()
+    writers: list[IndexedDatasetWriter] = []
+    staging = Path(f"{trained_tokenizer_dir or default_tokenizer_dir(output_prefix)}{PARTIAL}{os.getpid()}")
+    with _terminate_as_exception(), output_directory(output_prefix):  # created now; removed if this run fails
         try:
+            training_text = (text for record in read(SkipLog()) for text in record.texts)
+            tok, tok_dir, staging = resolve_tokenizer(
+                tokenizer, training_text, output_prefix=output_prefix, tokenizer_dir=tokenizer_dir,
+                vocab_file=vocab_file, merge_file=merge_file, vocab_size=vocab_size, trained_dir=trained_tokenizer_dir,
+            )
+            result = PrepareResult({key: output_prefix_for(output_prefix, key) for key in json_keys}, tok_dir, tok,
+                                   staging is not None)
+            start = time.perf_counter()
             for key in json_keys:
                 writers.append(IndexedDatasetWriter(result.prefixes[key], optimal_dtype(tok.vocab_size), tok.record()))
             _write_all(_encoded(read(result.skipped), tok, append_eod, workers), writers, result, progress, start)
             for writer in writers:
                 writer.seal()
+            for writer in writers:
+                writer.publish()
+            if staging is not None:
+                result.tokenizer = publish_trained(staging, tok_dir)
         except BaseException as err:
-            _discard(writers, result)
+            _discard(writers, staging)
             if isinstance(err, OSError):
-                raise GptforgeError(f"{err.filename or output_prefix}: {err.strerror or err}") from None
+                raise write_failed(err.filename or output_prefix, err) from None
             raise
-        for writer in writers:
-            writer.publish()
-        result.seconds = time.perf_counter() - start
-        return result
+    result.seconds = time.perf_counter() - start
+    return result
 
 
-def _discard(writers: list[IndexedDatasetWriter], result: PrepareResult) -> None:
+def _pair(prefix) -> tuple[Path, Path]:
+    return bin_path(prefix), idx_path(prefix)
+
+
+def _discard(writers: list[IndexedDatasetWriter], staging: Path | None) -> None:
     """A failed or interrupted run leaves nothing: no temporary files, no tokenizer it trained."""
     for writer in writers:
         writer.abort()
-    if result.trained_tokenizer:
-        remove_trained(result.tokenizer_dir)
+    if staging is not None:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _terminate_as_exception():
+    """SIGTERM (kill, a scheduler's time limit) unwinds like Ctrl-C, so the outputs are removed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated("terminated (SIGTERM); the partial outputs were removed", "rerun prepare")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_dead_leftovers(output_prefix, trained_dir=None) -> list[Path]:
+    """Remove ``<output-prefix>_*.partial-PID`` files and tokenizer staging directories whose
+    process is gone (SIGKILL, OOM, power loss); those of a live process are left alone."""
+    prefix = Path(os.fspath(output_prefix))
+    found = list(prefix.parent.glob(f"{prefix.name}_*{PARTIAL}*"))
+    if trained_dir is not None:
+        found += Path(trained_dir).parent.glob(f"{Path(trained_dir).name}{PARTIAL}*")
+    removed = []
+    for path in found:
+        pid = path.name.rpartition(PARTIAL)[2]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed
 
 
 def _check_arguments(inputs, output_prefix, workers: int, json_keys) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterable
 
 from gptforge.errors import GptforgeError, UsageError
+from gptforge.storage import write_failed, writing
 
 EOD_TOKEN = "<|endoftext|>"
 VOCAB_NAME = "vocab.json"
@@ -205,9 +206,22 @@ def train_bytelevel(texts: Iterable[str], out_dir: str | os.PathLike, *, vocab_s
     tok.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, special_tokens=[EOD_TOKEN], show_progress=False)
     try:
         _save_trained(tok, out_dir)
-    except OSError as err:
-        raise TokenizerError(f"cannot save the tokenizer in {out_dir}: {err.strerror or err}", "check --tokenizer-dir / --output-prefix") from None
+    except Exception as err:  # OSError, or the tokenizers library's plain Exception for a failed write
+        raise write_failed(out_dir, err) from None
     return Tokenizer(out_dir / VOCAB_NAME, out_dir / MERGES_NAME, "bytelevel")
+
+
+def publish_trained(staging: Path, final: Path) -> Tokenizer:
+    """Move a tokenizer trained into ``staging`` to ``final``: the directory renamed whole when
+    ``final`` is new, else its files moved in (``final`` holds no vocab.json, or it would have been used)."""
+    with writing(final):
+        if not os.path.lexists(final):
+            os.replace(staging, final)
+        else:
+            for name in TRAINED_FILES:
+                os.replace(staging / name, final / name)
+            shutil.rmtree(staging, ignore_errors=True)
+    return Tokenizer(final / VOCAB_NAME, final / MERGES_NAME, "bytelevel")
 
 
 def _save_trained(tok, out_dir: Path) -> None:
@@ -231,12 +245,3 @@ def _write_trained(tok, tmp: Path) -> None:
     hf_config = {"tokenizer_class": "GPT2Tokenizer", "bos_token": EOD_TOKEN, "eos_token": EOD_TOKEN,
                  "unk_token": EOD_TOKEN, "add_prefix_space": False, "model_max_length": 10**9}
     (tmp / "tokenizer_config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
-
-
-def remove_trained(out_dir: str | os.PathLike) -> None:
-    """Undo ``train_bytelevel``: its files, and the directory when nothing else is in it."""
-    out_dir = Path(out_dir)
-    for name in TRAINED_FILES:
-        (out_dir / name).unlink(missing_ok=True)
-    if out_dir.is_dir() and not any(out_dir.iterdir()):
-        out_dir.rmdir()

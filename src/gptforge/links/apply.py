@@ -16,6 +16,7 @@ from gptforge.errors import GptforgeError
 from gptforge.links.layout import TMP_MARK, Layout
 from gptforge.links.plan import Step
 from gptforge.links.record import UndoRecord
+from gptforge.storage import writing
 
 # Fault injection for the crash-safety tests: the process kills itself (SIGKILL) at the Nth
 # file-system change of a run. Never set in normal use.
@@ -67,7 +68,7 @@ def apply_steps(layout: Layout, steps: list[Step]) -> int:
         if step.action == "remove-tmp":
             remove_link(step.path)
             continue
-        if record.remember(step.path, step.before.to_json()):
+        if record.remember(step.path, step.before.to_json(), {"kind": "link", "target": step.target}):
             record.save("applying")
             checkpoint()
         replace_link(step.path, step.target)
@@ -85,7 +86,8 @@ def replace_link(path: str, target: str) -> None:
     tmp = os.path.join(os.path.dirname(path), f"{TMP_MARK}{os.getpid()}.{os.path.basename(path)}")
     if os.path.islink(tmp):
         os.unlink(tmp)
-    os.symlink(target, tmp)
+    with writing(path):
+        os.symlink(target, tmp)
     checkpoint()
     os.replace(tmp, path)
     checkpoint()

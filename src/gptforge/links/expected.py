@@ -17,7 +17,12 @@ from gptforge.probe.command import run_tool
 from gptforge.probe.nvcc import parse_nvcc_release
 
 
-def resolve_prefix(given: str | None, environ=os.environ) -> str:
+# Directories that are the system, not an environment: a repair there (mv /lib64 ...) breaks the machine.
+SYSTEM_PREFIXES = ("/", "/usr", "/usr/local", "/opt", "/lib", "/lib64", "/lib32", "/usr/lib", "/usr/lib64", "/bin",
+                   "/sbin", "/usr/bin", "/etc", "/var", "/boot", "/home", "/root", "/srv", "/snap", "/nix")
+
+
+def resolve_prefix(given: str | None, environ=os.environ, *, allow_system: bool = False) -> str:
     """--prefix, else the active conda/pixi environment (CONDA_PREFIX, then PIXI_PROJECT_ROOT)."""
     if given:
         prefix, flag = given, "--prefix"
@@ -32,6 +37,9 @@ def resolve_prefix(given: str | None, environ=os.environ) -> str:
     if not os.path.isdir(os.path.join(prefix, "lib")):
         raise UsageError(flag, f"{prefix} is not an environment prefix (it has no lib/ directory)",
                          "pass the directory that holds the environment's bin/ and lib/")
+    if os.path.realpath(prefix) in SYSTEM_PREFIXES and not allow_system:
+        raise UsageError(flag, f"{prefix} is a system directory, not an environment prefix; repairing it could break "
+                         "the system", "pass the environment's own prefix, or add --allow-system-prefix if you mean it")
     return prefix
 
 

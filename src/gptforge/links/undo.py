@@ -19,6 +19,12 @@ def undo_steps(layout: Layout, record: UndoRecord) -> tuple[list[Step], list[Fin
     for item in reversed(record.entries):
         path = os.path.join(layout.prefix, item["path"])
         before, now = item["before"], scan.entry(path)
+        after = item.get("after")
+        if after is not None and now.to_json() != after and now.to_json() != before:
+            findings.append(Finding("links-undo-conflict", Severity.ERROR,
+                                    f"{item['path']} changed since fix-links ({_shown(now.to_json())}, fix-links left "
+                                    f"{_shown(after)}); nothing was restored", "restore it by hand, then rerun --undo"))
+            continue
         if before["kind"] == "absent" and now.kind == "absent":
             continue
         if before["kind"] == "link" and now.kind == "link" and now.target == before["target"]:
@@ -35,8 +41,7 @@ def undo_steps(layout: Layout, record: UndoRecord) -> tuple[list[Step], list[Fin
 
 
 def run_undo_steps(layout: Layout, record: UndoRecord, steps: list[Step]) -> list[Finding]:
-    problems = [f for f in problems_before_change(layout, steps, os.path.dirname(layout.undo_path))
-                if f.code != "links-outside-prefix"]  # restoring a user's own earlier link is allowed
+    problems = problems_before_change(layout, steps, os.path.dirname(layout.undo_path))
     if problems:
         return problems
     record.save("undoing")
@@ -47,3 +52,7 @@ def run_undo_steps(layout: Layout, record: UndoRecord, steps: list[Step]) -> lis
             remove_link(step.path)
     record.delete()
     return []
+
+
+def _shown(state: dict) -> str:
+    return f"a link to {state['target']}" if state["kind"] == "link" else state["kind"]

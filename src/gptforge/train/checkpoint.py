@@ -5,10 +5,18 @@ last, trainer.pt (step, data position, scheduler, scaler, config, model shape). 
 into ``.tmp-step_...``, fsynced, and the directory is renamed into place in one os.replace: a process
 killed at any point leaves either the previous checkpoints or the new one, never a half-written
 ``step_*``. ``latest`` names the newest; old ones are renamed away before deletion (keep last K).
+
+A checkpoint is untrusted input (run directories are shared and downloaded): every file is loaded
+with ``torch.load(weights_only=True)``, which builds tensors and plain values and never runs code,
+and ``checksums.json`` (sha256 of every file, written last before the rename) is checked before a
+file is read, so damage is named instead of resumed from.
 """
 
 from __future__ import annotations
 
+import hashlib
+import pickle
+import json
 import os
 import shutil
 from pathlib import Path
@@ -16,10 +24,13 @@ from pathlib import Path
 import torch
 
 from gptforge.errors import GptforgeError, UsageError
+from gptforge.storage import write_atomic, writing
 from gptforge.train.testhooks import maybe_kill
 
 PREFIX = "step_"
 TRAINER_FILE = "trainer.pt"
+CHECKSUMS_FILE = "checksums.json"
+DAMAGED = "the checkpoint is damaged or was changed after it was saved; use an older one"
 
 
 def step_dir_name(step: int) -> str:
@@ -35,10 +46,42 @@ def fsync_dir(path: Path) -> None:
 
 
 def save_file(obj, path: Path) -> None:
-    with open(path, "wb") as fh:
+    with writing(path, RuntimeError), open(path, "wb") as fh:  # torch.save reports a failed write as RuntimeError
         torch.save(obj, fh)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def write_checksums(ckpt: Path) -> None:
+    """sha256 of every file under ``ckpt`` (DeepSpeed's subdirectory included) into checksums.json."""
+    files = sorted(p for p in ckpt.rglob("*") if p.is_file() and p.name != CHECKSUMS_FILE)
+    listing = {str(p.relative_to(ckpt)): sha256(p) for p in files}
+    write_atomic(ckpt / CHECKSUMS_FILE, json.dumps({"format": 1, "files": listing}, indent=1).encode())
+
+
+def verify(ckpt: Path, names: list[str] | None = None) -> None:
+    """Check ``names`` (default: every listed file) against checksums.json; a mismatch names the file."""
+    listing_path = ckpt / CHECKSUMS_FILE
+    try:
+        listing = json.loads(listing_path.read_text())["files"]
+        assert isinstance(listing, dict)
+    except FileNotFoundError:
+        raise GptforgeError(f"{listing_path} is missing, so {ckpt.name} cannot be checked", DAMAGED) from None
+    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        raise GptforgeError(f"{listing_path} is not a checksum list", DAMAGED) from None
+    for name in names if names is not None else listing:
+        path = ckpt / name
+        if name not in listing:
+            raise GptforgeError(f"{path} is not in {CHECKSUMS_FILE}", DAMAGED)
+        if not path.is_file():
+            raise GptforgeError(f"{path} is missing (listed in {CHECKSUMS_FILE})", DAMAGED)
+        if sha256(path) != listing[name]:
+            raise GptforgeError(f"{path}: checksum mismatch (sha256 differs from {CHECKSUMS_FILE})", DAMAGED)
 
 
 def staging_dir(root: Path, step: int) -> Path:
@@ -58,14 +101,13 @@ def begin(root: Path, step: int) -> Path:
 def commit(root: Path, step: int, keep_last: int) -> Path:
     """Rank 0, after every rank wrote its files: rename into place, point ``latest`` at it, prune."""
     tmp, final = staging_dir(root, step), root / step_dir_name(step)
+    write_checksums(tmp)
     fsync_dir(tmp)
     if final.exists():  # the same step saved again after a resume: replace it as a whole
         shutil.rmtree(final)
     os.replace(tmp, final)
     fsync_dir(root)
-    latest_tmp = root / f".latest.tmp-{os.getpid()}"
-    latest_tmp.write_text(final.name + "\n")
-    os.replace(latest_tmp, root / "latest")
+    write_atomic(root / "latest", (final.name + "\n").encode())
     prune(root, keep_last)
     return final
 
@@ -88,7 +130,7 @@ def clean_staging(root: Path) -> None:
     """Remove what a killed save or prune left behind (never a ``step_*`` directory)."""
     if root.is_dir():
         for p in root.iterdir():
-            if p.name.startswith((".tmp-", ".trash-", ".latest.tmp-")):
+            if p.name.startswith((".tmp-", ".trash-", ".latest.tmp-")):  # .latest.tmp-: write_atomic's temp
                 shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 
@@ -109,18 +151,25 @@ def resolve(path: Path) -> Path:
     raise GptforgeError(f"no complete checkpoint under {path}", "point at a run directory that saved one (save-interval)")
 
 
-def load_file(path: Path, *, weights_only: bool):
-    """One checkpoint file; a damaged or unreadable one is a one-line error, not a traceback."""
+def load_file(path: Path):
+    """One checkpoint file, tensors and plain values only: a file that holds anything else (code to
+    run on unpickling) or is damaged is a one-line error naming it, never executed."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=weights_only)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch.load raises whatever its unpickler meets in a damaged file
+        if isinstance(err, pickle.UnpicklingError) and "Unsupported global" in str(err):
+            raise GptforgeError(f"refused to read {path}: it holds Python objects other than tensors and plain "
+                                "values (loading them could run code)", "use a checkpoint you trust, written by gptforge") from None
         first_line = (str(err).strip().splitlines() or [""])[0][:120]
-        raise GptforgeError(f"cannot read {path}: {type(err).__name__}: {first_line}",
-                            "the checkpoint is damaged; use an older one") from None
+        raise GptforgeError(f"cannot read {path}: {type(err).__name__}: {first_line}", DAMAGED) from None
 
 
 def read_trainer_state(ckpt: Path) -> dict:
-    return load_file(ckpt / TRAINER_FILE, weights_only=False)
+    verify(ckpt, [TRAINER_FILE])
+    state = load_file(ckpt / TRAINER_FILE)
+    if not isinstance(state, dict) or not {"step", "model_shape"} <= set(state):
+        raise GptforgeError(f"{ckpt / TRAINER_FILE} is not a gptforge trainer state", DAMAGED)
+    return state
 
 
 def check_shape(state: dict, expected_shape: dict, ckpt: Path) -> None:
@@ -144,6 +193,18 @@ def write_main_files(tmp: Path, step: int, model_state: dict | None, optimizer_s
     save_file(trainer_state, tmp / TRAINER_FILE)
 
 
-def load_rank_rng(ckpt: Path, rank: int) -> dict | None:
-    path = ckpt / f"rng_rank{rank}.pt"
-    return load_file(path, weights_only=False) if path.is_file() else None
+def load_verified(ckpt: Path, name: str):
+    verify(ckpt, [name])
+    return load_file(ckpt / name)
+
+
+def load_rank_rng(ckpt: Path, rank: int, saved_world_size: int) -> dict | None:
+    """This rank's RNG state. Without it the resume cannot be exact, so a missing file is refused;
+    a rank the saved run did not have (more processes now) has none, and gets None."""
+    name = f"rng_rank{rank}.pt"
+    if rank >= saved_world_size:
+        return None
+    if not (ckpt / name).is_file():
+        raise GptforgeError(f"{ckpt / name} is missing: the resume would not be exact (dropout and data order "
+                            "depend on it)", "resume from an older complete checkpoint")
+    return load_verified(ckpt, name)

@@ -11,11 +11,13 @@ import contextlib
 import inspect
 import json
 import math
+import os
+import pickle
 from pathlib import Path
 
 import torch
 
-from gptforge.errors import UsageError
+from gptforge.errors import GptforgeError, UsageError
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
 from gptforge.train.optim import build_scheduler, param_groups
@@ -78,11 +80,37 @@ class TorchEngine:
         """Nothing: torch state is gathered on every rank already (DDP replicas)."""
 
     def load(self, ckpt: Path, trainer_state: dict) -> None:
-        self.raw_model.load_state_dict(checkpoint.load_file(ckpt / "model.pt", weights_only=True))
-        self.optimizer.load_state_dict(checkpoint.load_file(ckpt / "optimizer.pt", weights_only=False))
+        self.raw_model.load_state_dict(checkpoint.load_verified(ckpt, "model.pt"))
+        self.optimizer.load_state_dict(checkpoint.load_verified(ckpt, "optimizer.pt"))
         self.scheduler.load_state_dict(trainer_state["scheduler"])
         if self.scaler and trainer_state.get("scaler"):
             self.scaler.load_state_dict(trainer_state["scaler"])
+
+
+def deepspeed_safe_globals() -> list:
+    """The DeepSpeed classes its own checkpoints hold besides tensors and plain values (ZeRO stage,
+    loss scaler, parameter fragment map): plain data, allowed to the weights-only unpickler."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [ZeroStageEnum, LossScaler, DynamicLossScaler, fragment_address]
+
+
+@contextlib.contextmanager
+def force_weights_only(allowed: list | None = None):
+    """Make every torch.load inside weights-only, even one whose caller asks for unpickling
+    (DeepSpeed's load_checkpoint does): torch honours TORCH_FORCE_WEIGHTS_ONLY_LOAD over the argument."""
+    saved = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+    try:
+        with torch.serialization.safe_globals(allowed or []):
+            yield
+    finally:
+        if saved is None:
+            os.environ.pop("TORCH_FORCE_WEIGHTS_ONLY_LOAD", None)
+        else:
+            os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = saved
 
 
 def resolve_deepspeed_config(name_or_path: str) -> str:
@@ -168,7 +196,13 @@ class DeepSpeedEngine:
         self.engine.save_checkpoint(str(tmp), tag="deepspeed", save_latest=False)
 
     def load(self, ckpt: Path, trainer_state: dict) -> None:
-        path, _ = self.engine.load_checkpoint(str(ckpt), tag="deepspeed", load_optimizer_states=True,
-                                              load_lr_scheduler_states=True)
+        checkpoint.verify(ckpt)
+        try:
+            with force_weights_only(deepspeed_safe_globals()):
+                path, _ = self.engine.load_checkpoint(str(ckpt), tag="deepspeed", load_optimizer_states=True,
+                                                      load_lr_scheduler_states=True)
+        except pickle.UnpicklingError as err:
+            raise GptforgeError(f"refused to read the DeepSpeed state in {ckpt / 'deepspeed'}: "
+                                f"{(str(err).splitlines() or [''])[0][:160]}", "use a checkpoint you trust") from None
         if path is None:
             raise UsageError("--resume", f"{ckpt} has no DeepSpeed state", "resume a DeepSpeed run with --deepspeed, a torch run without")

@@ -7,6 +7,7 @@ import importlib.util
 import math
 import os
 import resource
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ import torch
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT
 from gptforge.model.layers import LayerBackend, resolve_backend
-from gptforge.train import checkpoint, data as datamod, distributed, rng
+from gptforge.train import checkpoint, data as datamod, distributed, rng, rundir
 from gptforge.train.config import TrainConfig, validate
 from gptforge.train.engine import DeepSpeedEngine, TorchEngine, read_deepspeed_config
 from gptforge.train.estimate import estimate
@@ -109,6 +110,8 @@ class Trainer:
         if self.data is None:
             datamod.check_data_paths(cfg)
         check_writable(self.run_dir)
+        if int(os.environ.get("RANK", "0")) == 0:  # before reading checkpoints another run may be writing
+            self.lock = rundir.lock(self.run_dir)
         self.resume_ckpt, self.resume_state = None, None
         existing = checkpoint.latest(self.ckpt_root)
         if existing is not None and not opts.resume:
@@ -173,9 +176,12 @@ class Trainer:
         if self.resume_ckpt is not None:
             self.engine.load(self.resume_ckpt, self.resume_state)
             self.step, self.consumed = self.resume_state["step"], self.resume_state["consumed_samples"]
-            saved_rng = checkpoint.load_rank_rng(self.resume_ckpt, self.env.rank)
+            saved_rng = checkpoint.load_rank_rng(self.resume_ckpt, self.env.rank, self.resume_state.get("world_size", 1))
             if saved_rng is not None:
                 rng.restore(saved_rng)
+            else:
+                self.notes.append(f"rank {self.env.rank} has no saved RNG state (the checkpoint was written by "
+                                  f"{self.resume_state.get('world_size', 1)} processes): dropout differs from an unbroken run")
         else:
             torch.manual_seed(cfg.seed + self.env.rank)  # dropout differs per rank; weights were seeded alike
         self.peak = lookup(torch.cuda.get_device_name(self.device)) if self.device.type == "cuda" else Peak("CPU", None, "")
@@ -277,6 +283,15 @@ class Trainer:
             checkpoint.begin(self.ckpt_root, self.step)
         distributed.barrier(env)
         tmp = checkpoint.staging_dir(self.ckpt_root, self.step)
+        try:
+            return self.write_checkpoint(tmp)
+        except BaseException:
+            if env.is_main:  # a failed save (a full disk) leaves the older checkpoints and nothing else
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def write_checkpoint(self, tmp: Path) -> Path | None:
+        env = self.env
         self.engine.save_collective(tmp)
         checkpoint.write_rank_files(tmp, env.rank, rng.capture())
         if env.is_main:
@@ -303,14 +318,19 @@ class Trainer:
         return plot_losses(self.metrics.path, self.run_dir / "loss.png", f"{self.opts.config_name}: loss")
 
     def run(self) -> RunResult:
-        self.preflight()
-        self.setup()
+        self.lock = None
         try:
-            return self.loop()
+            self.preflight()
+            self.setup()
+            try:
+                return self.loop()
+            finally:
+                if self.env.is_main:
+                    self.metrics.close()
+                distributed.shutdown(self.env)
         finally:
-            if self.env.is_main:
-                self.metrics.close()
-            distributed.shutdown(self.env)
+            if self.lock is not None:
+                self.lock.release()
 
     def loop(self) -> RunResult:
         cfg, main = self.cfg, self.env.is_main

@@ -7,14 +7,8 @@ import math
 import os
 from pathlib import Path
 
-
-def write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+from gptforge.errors import GptforgeError
+from gptforge.storage import write_atomic, writing
 
 
 class MetricsLog:
@@ -29,16 +23,29 @@ class MetricsLog:
         self.tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=resume_step + 1 if resume_step else None)
 
     def truncate_after(self, step: int) -> None:
-        """Drop records a killed run wrote past the checkpoint it resumes from: the file stays one history."""
+        """Drop records a killed run wrote past the checkpoint it resumes from: the file stays one history.
+
+        A torn last line (the writer died or the disk filled mid-write) is dropped too; a bad line
+        anywhere else is damage this cannot judge, and stops the run."""
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines(keepends=True)
-                if line.strip() and json.loads(line)["step"] <= step]
+        lines = [line for line in self.path.read_text().splitlines(keepends=True) if line.strip()]
+        kept = []
+        for number, line in enumerate(lines, 1):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                if number == len(lines):
+                    break
+                raise GptforgeError(f"{self.path} line {number} is not JSON", "repair or remove that line, then --resume") from None
+            if record["step"] <= step:
+                kept.append(line if line.endswith("\n") else line + "\n")
         write_atomic(self.path, "".join(kept).encode())
 
     def write(self, record: dict) -> None:
-        self.fh.write(json.dumps(record) + "\n")
-        self.fh.flush()
+        with writing(self.path):
+            self.fh.write(json.dumps(record) + "\n")
+            self.fh.flush()
         prefix = record["kind"]
         for key, value in record.items():
             if key not in ("kind", "step") and isinstance(value, (int, float)) and value is not None and math.isfinite(value):

@@ -15,7 +15,10 @@ def seed_all(seed: int) -> None:
 
 
 def capture() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch_cpu": torch.get_rng_state()}
+    """Plain values and tensors only, so that the file loads with ``torch.load(weights_only=True)``."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    numpy_state = (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached)
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch_cpu": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["torch_cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -23,7 +26,8 @@ def capture() -> dict:
 
 def restore(state: dict) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch_cpu"])
     if "torch_cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["torch_cuda"])

@@ -21,7 +21,7 @@ def load_model(ckpt: Path, device: torch.device) -> tuple[GPT, dict]:
                             "sample from a ZeRO-1/2 or torch checkpoint, or consolidate with DeepSpeed's zero_to_fp32.py")
     model = GPT(ModelConfig(**state["model_config"]))
     try:
-        model.load_state_dict(checkpoint.load_file(weights, weights_only=True))
+        model.load_state_dict(checkpoint.load_verified(ckpt, "model.pt"))
     except RuntimeError as err:  # tensors of another shape than trainer.pt describes
         raise GptforgeError(f"{weights} does not fit the model in {checkpoint.TRAINER_FILE}: {str(err).splitlines()[0]}",
                             "the checkpoint is damaged; use an older one") from None
