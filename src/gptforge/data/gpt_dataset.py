@@ -23,7 +23,6 @@ import hashlib
 import json
 import math
 import os
-import re
 from pathlib import Path
 from typing import Sequence
 
@@ -39,12 +38,21 @@ MID_LEVEL_SURPLUS = 0.005  # Megatron's default extra samples per blended compon
 CACHE_FORMAT = 1
 
 
+def split_weights(split: str, flag: str = "--split") -> list[float]:
+    """``"949,50,1"`` (or ``949/50/1``) -> three finite non-negative weights, not all 0 (missing ones are 0)."""
+    fix = "e.g. 949,50,1"
+    try:
+        parts = [float(x) for x in split.replace("/", ",").split(",")]
+    except ValueError:
+        raise UsageError(flag, f"{split!r} is not comma-separated numbers", fix) from None
+    if len(parts) > 3 or not all(math.isfinite(p) and p >= 0 for p in parts) or sum(parts) <= 0:
+        raise UsageError(flag, f"{split!r} needs up to three finite, non-negative weights, not all 0", fix)
+    return parts + [0.0] * (3 - len(parts))
+
+
 def parse_split(split: str) -> list[tuple[float, float] | None]:
     """``"949,50,1"`` -> bookends ``[(0, .949), (.949, .999), (.999, 1)]``; an empty range is None."""
-    parts = [float(x) for x in re.findall(r"[.0-9]+", split)]
-    if not parts or len(parts) > 3 or sum(parts) <= 0:
-        raise UsageError("--split", f"{split!r} is not a train,valid,test weighting", "e.g. 949,50,1")
-    parts += [0.0] * (3 - len(parts))
+    parts = split_weights(split)
     total = sum(parts)
     bounds = np.cumsum([0.0] + [p / total for p in parts]).tolist()
     return [(lo, hi) if hi > lo else None for lo, hi in zip(bounds[:-1], bounds[1:])]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import math
 import os
 import resource
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,13 +79,18 @@ def memory_gib(device: torch.device) -> float:
 
 
 def check_writable(run_dir: Path) -> None:
-    """The run directory can be made: its nearest existing ancestor is a writable directory."""
+    """The run directory can be made: a directory can be created (and is removed again) in its nearest
+    existing ancestor. Permission bits are not enough: root passes them on /proc and read-only mounts."""
     existing = run_dir.absolute()
     while not existing.exists():
         existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError("--run-dir", f"{run_dir} cannot be created: {existing} is not a writable directory",
-                         "give a --run-dir on a writable file system")
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        os.rmdir(tempfile.mkdtemp(prefix=".gptforge-write-test-", dir=existing))
+    except OSError as err:
+        raise UsageError("--run-dir", f"{run_dir} cannot be created in {existing}: {err.strerror or err}",
+                         "give a --run-dir on a writable file system") from None
 
 
 class Trainer:
