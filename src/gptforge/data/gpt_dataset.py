@@ -104,6 +104,10 @@ def build_indices(lengths: np.ndarray, documents: np.ndarray, num_samples: int, 
         sans_last = ((num_epochs - 1) * tokens_per_epoch - 1) // seq_length
         per_epoch = (tokens_per_epoch - 1) // seq_length
         separate_last = num_samples - sans_last < int(SEPARATE_EPOCH_THRESHOLD * per_epoch)
+    total_samples = num_epochs * tokens_per_epoch // seq_length
+    # document index (int32), sample index (two int64 per sample) and shuffle index (int64), with shuffle copies
+    check_index_memory(2 * num_epochs * len(documents) * 4 + total_samples * (16 + 2 * 8),
+                       f"the sample index for {num_samples:,} samples of {seq_length} tokens")
     rng = np.random.RandomState(seed)
     document_index = _document_index(documents, num_epochs, rng, separate_last)
     sample_index = build_sample_idx(lengths, document_index, seq_length, num_epochs, tokens_per_epoch)
@@ -188,6 +192,7 @@ class BlendedDataset(Sequence):
 
     def __init__(self, datasets: list[GPTDataset], weights: list[float], size: int):
         self.datasets, self.weights, self.size = datasets, weights, size
+        check_index_memory(size * (2 + 8), f"the blending index for {size:,} samples")  # int16 + int64 per sample
         self.dataset_index, self.dataset_sample_index = build_blending_indices(np.asarray(weights), size)
         for d, ds in enumerate(datasets):
             drawn = self.dataset_sample_index[self.dataset_index == d]
@@ -239,6 +244,8 @@ def build_gpt_datasets(
     if weights is not None and len(weights) != len(paths):
         raise UsageError("--data-path", f"{len(weights)} weights for {len(paths)} prefixes", "give one weight per prefix")
     datasets = [IndexedDataset(p) for p in paths]
+    for dataset in datasets:
+        check_token_dataset(dataset)
     if weights is None:
         weights = [float(d.num_tokens) for d in datasets]
     if any(w < 0 for w in weights) or sum(weights) <= 0:
@@ -261,6 +268,24 @@ def build_gpt_datasets(
         total = sum(part_weights)
         out.append(BlendedDataset(parts, [w / total for w in part_weights], wanted) if parts and wanted else None)
     return tuple(out)
+
+
+def check_token_dataset(dataset: IndexedDataset) -> None:
+    """Token ids are integers, and a dataset to train on holds some."""
+    fix = "re-create it with gptforge prepare"
+    if dataset.dtype.kind not in "iu":
+        raise UsageError("--data-path", f"{dataset.prefix} holds {dataset.dtype} values, not integer token ids", fix)
+    if dataset.num_tokens == 0:
+        raise UsageError("--data-path", f"{dataset.prefix} holds no tokens ({dataset.num_documents} documents, all empty)",
+                         "prepare it from a corpus with text, or leave it out of data-path")
+
+
+def check_index_memory(num_bytes: int, what: str) -> None:
+    """Refuse an index that cannot fit in this machine's memory before allocating it."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if num_bytes > physical:
+        raise UsageError("train-iters", f"{what} needs {num_bytes / 2**30:,.1f} GiB, more than this machine's "
+                         f"{physical / 2**30:,.1f} GiB of memory", "train fewer samples (train-iters x global-batch-size)")
 
 
 def _one(dataset, documents, name, num_samples, seq_length, seed, cache_dir, split):

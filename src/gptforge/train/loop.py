@@ -185,7 +185,7 @@ class Trainer:
             torch.manual_seed(cfg.seed + self.env.rank)  # dropout differs per rank; weights were seeded alike
         self.peak = lookup(torch.cuda.get_device_name(self.device)) if self.device.type == "cuda" else Peak("CPU", None, "")
         self.flops_per_token = self.model.flops_per_token(cfg.seq_length)
-        self.reader = datamod.BatchReader(self.data.train, cfg.micro_batch_size, self.device)
+        self.reader = datamod.BatchReader(self.data.train, cfg.micro_batch_size, self.device, self.data.vocab_size)
         if self.env.is_main:
             self.prepare_run_dir()
         distributed.barrier(self.env)
@@ -239,7 +239,7 @@ class Trainer:
         with torch.no_grad():
             for i in range(batches):
                 start = datamod.micro_batch_start(0, i, env.rank, env.world_size, cfg.micro_batch_size)
-                x, y = datamod.batch(self.data.valid, start, cfg.micro_batch_size, self.device)
+                x, y = datamod.batch(self.data.valid, start, cfg.micro_batch_size, self.device, self.data.vocab_size)
                 total += self.engine.eval_loss(x, y).float()
         self.engine.train_mode(True)
         return distributed.mean_across(total / batches, env).item()
