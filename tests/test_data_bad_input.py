@@ -243,5 +243,5 @@ def test_unusable_tokenizer_and_default_corpus_directories(cli, tmp_path):
                             "--vocab-size", "300", "--tokenizer-dir", str(bad)), "cannot save the tokenizer")
         _one_line_error(cli("prepare", "--default-corpus", str(bad)), "--default-corpus", "cannot create")
     _one_line_error(cli("prepare", "--input", str(src), "--output-prefix", str(tmp_path / "o"),
-                        "--vocab-file", str(tmp_path), "--merge-file", str(src)), "--vocab-file", "is not a file")
+                        "--vocab-file", str(tmp_path), "--merge-file", str(src)), "--vocab-file", "is a directory")
     assert _listing(tmp_path) == before

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gptforge.errors import GptforgeError
+from gptforge.process import split_command
 
 MODULE_NAME = "gptforge_helpers"
 SOURCE = Path(__file__).resolve().parent.parent / "data" / "helpers.cpp"
@@ -73,12 +74,12 @@ def compile_command(source: Path, output: Path, cxx: str) -> list[str]:
     import pybind11
 
     includes = dict.fromkeys([sysconfig.get_paths()["include"], sysconfig.get_paths()["platinclude"], pybind11.get_include()])
-    return [*shlex.split(cxx), *CXXFLAGS, *(f"-I{d}" for d in includes), str(source), "-o", str(output)]
+    return [*split_command(cxx, "CXX"), *CXXFLAGS, *(f"-I{d}" for d in includes), str(source), "-o", str(output)]
 
 
 def find_compiler() -> str:
     cxx = os.environ.get("CXX") or "g++"
-    if shutil.which(shlex.split(cxx)[0]) is None:
+    if shutil.which(split_command(cxx, "CXX")[0]) is None:
         raise HelpersBuildError(f"C++ compiler {cxx!r} not found", "install g++ (apt-get install g++) or set CXX")
     return cxx
 

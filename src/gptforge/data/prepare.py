@@ -22,7 +22,8 @@ import numpy as np
 
 from gptforge.data.indexed import IndexedDatasetWriter, check_output_prefix, optimal_dtype
 from gptforge.data.readers import CorpusError, Record, SkipLog, read_corpus
-from gptforge.data.tokenizer import VOCAB_NAME, Tokenizer, load_tokenizer, remove_trained, train_bytelevel
+from gptforge.data.tokenizer import (PIECE_CHARS, VOCAB_NAME, Tokenizer, check_vocab_size, load_tokenizer, pieces,
+                                     remove_trained, train_bytelevel)
 from gptforge.errors import GptforgeError, UsageError
 
 CHUNK_RECORDS = 256
@@ -95,11 +96,14 @@ def _encode_chunk(args: tuple[list[tuple[str, ...]], bool]) -> list[list[np.ndar
     dtype = optimal_dtype(tok.vocab_size)
     per_key = []
     for column in zip(*chunk):
+        long = {i for i, text in enumerate(column) if len(text) > PIECE_CHARS}
+        short = iter(tok.encode_batch([text for i, text in enumerate(column) if i not in long]))
         arrays = []
-        for ids in tok.encode_batch(list(column)):
-            if ids and append_eod:
-                ids.append(tok.eod_id)
-            arrays.append(np.asarray(ids, dtype=dtype))
+        for i, text in enumerate(column):
+            ids = tok.encode_array(text, dtype) if i in long else np.asarray(next(short), dtype=dtype)
+            if len(ids) and append_eod:
+                ids = np.append(ids, np.asarray(tok.eod_id, dtype=dtype))
+            arrays.append(ids)
         per_key.append(arrays)
     return per_key
 
@@ -179,13 +183,13 @@ def prepare(
     progress: bool = True,
 ) -> PrepareResult:
     """Tokenize ``inputs`` into ``<output_prefix>_<key>_document.bin/.idx`` for every json key."""
-    _check_arguments(inputs, output_prefix, workers, json_keys)
+    _check_arguments(inputs, output_prefix, workers, json_keys, vocab_size)
 
     def read(skipped: SkipLog) -> Iterator[Record]:
         return read_corpus(inputs, fmt=fmt, json_keys=json_keys, skip_bad_lines=skip_bad_lines, skipped=skipped)
 
     _require_text(read, inputs)
-    training_text = (text for record in read(SkipLog()) for text in record.texts)
+    training_text = (piece for record in read(SkipLog()) for text in record.texts for piece in pieces(text))
     tok, tok_dir, trained = resolve_tokenizer(
         tokenizer, training_text, output_prefix=output_prefix, tokenizer_dir=tokenizer_dir,
         vocab_file=vocab_file, merge_file=merge_file, vocab_size=vocab_size,
@@ -218,7 +222,9 @@ def _discard(writers: list[IndexedDatasetWriter], result: PrepareResult) -> None
         remove_trained(result.tokenizer_dir)
 
 
-def _check_arguments(inputs, output_prefix, workers: int, json_keys) -> None:
+def _check_arguments(inputs, output_prefix, workers: int, json_keys, vocab_size: int | None) -> None:
+    if vocab_size is not None:
+        check_vocab_size(vocab_size)
     if not inputs:
         raise UsageError("--input", "no input files", "give at least one --input")
     check_output_prefix(output_prefix)

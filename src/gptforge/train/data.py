@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from gptforge.errors import GptforgeError, UsageError
+from gptforge.paths import not_a_file
 from gptforge.train.config import TrainConfig
 
 DEFAULT_TOKENIZER = "bytelevel"  # the kind name gptforge.data gives the embedded corpus' BPE
@@ -77,9 +78,9 @@ def check_data_paths(cfg: TrainConfig) -> None:
     """Missing prefixes and tokenizer files are usage errors, found before any GPU work."""
     prefixes, _ = prefixes_and_weights(cfg)
     for prefix in prefixes:
-        missing = [ext for ext in (".bin", ".idx") if not Path(prefix + ext).is_file()]
-        if missing:
-            raise UsageError("data-path", f"{' and '.join(prefix + ext for ext in missing)} not found",
+        problems = [f"{prefix + ext} {problem}" for ext in (".bin", ".idx") if (problem := not_a_file(prefix + ext))]
+        if problems:
+            raise UsageError("data-path", " and ".join(problems),
                              "give the prefix of a 'gptforge prepare' output (PATH without .bin/.idx), "
                              "or leave data-path empty to use the embedded corpus")
     if prefixes and cfg.tokenizer_type == "default":
