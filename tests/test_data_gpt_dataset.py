@@ -165,6 +165,12 @@ def test_default_corpus_is_cached_and_deterministic(tmp_path):
     assert train[0].max() < tok.vocab_size
     with pytest.raises(Exception, match="fewer than one sequence"):
         prepare_default(tmp_path / "a", vocab_size=1024, seq_hint=10**9)
+    # a truncated cached file is built again (it used to fail later with "re-run gptforge prepare")
+    data = open(f"{first.prefix}.bin", "rb").read()
+    with open(f"{first.prefix}.bin", "r+b") as f:
+        f.truncate(len(data) // 2)
+    rebuilt = prepare_default(tmp_path / "a", vocab_size=1024)
+    assert open(f"{rebuilt.prefix}.bin", "rb").read() == data and IndexedDataset(rebuilt.prefix).num_tokens > 0
 
 
 def test_cli_default_corpus_and_inspect(cli, tmp_path):
