@@ -243,7 +243,7 @@ def test_unusable_tokenizer_and_default_corpus_directories(cli, tmp_path):
                             "--vocab-size", "300", "--tokenizer-dir", str(bad)), "--tokenizer-dir", "no vocab.json")
         _one_line_error(cli("prepare", "--default-corpus", str(bad)), "--default-corpus", "cannot create")
     _one_line_error(cli("prepare", "--input", str(src), "--output-prefix", str(tmp_path / "o"),
-                        "--vocab-file", str(tmp_path), "--merge-file", str(src)), "--vocab-file", "is not a file")
+                        "--vocab-file", str(tmp_path), "--merge-file", str(src)), "--vocab-file", "is a directory")
     assert _listing(tmp_path) == before
 
 

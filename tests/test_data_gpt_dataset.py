@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gptforge.data.default_corpus import corpus_documents, prepare_default
-from gptforge.data.gpt_dataset import build_gpt_datasets, parse_split, split_ranges
+from gptforge.data.gpt_dataset import build_gpt_datasets, build_indices, parse_split, split_ranges
 from gptforge.data.indexed import IndexedDataset, IndexedDatasetWriter
 from gptforge.data.tokenizer import load_tokenizer
 from gptforge.errors import UsageError
@@ -97,6 +97,38 @@ def test_empty_split_or_zero_samples_is_none(tmp_path):
     assert train is not None and valid is None and test is None
 
 
+@pytest.mark.parametrize("split", ["nan,1,1", "inf,1,1", "1,x", "-1,1,1", "1,1,1,1", "0,0,0"])
+def test_split_strings_that_are_not_finite_weights(split):
+    """'nan,1,1' used to read as '1,1' (the number pattern skipped what it did not match)."""
+    with pytest.raises(UsageError, match="--split"):
+        parse_split(split)
+
+
+def test_float_token_files_are_refused(tmp_path):
+    """Megatron's format allows float64; token ids are integers and are not cast silently."""
+    prefix = _dataset(tmp_path / "f", [30] * 5, dtype=np.float64)
+    with pytest.raises(UsageError, match="holds float64 values, not integer token ids"):
+        build_gpt_datasets(prefix, seq_length=8, num_samples=(10, 1, 0), cache_dir=tmp_path / "c")
+    with pytest.raises(UsageError, match="holds float64 values"):
+        build_gpt_datasets([_dataset(tmp_path / "u", [30] * 5), prefix], [0.5, 0.5], seq_length=8,
+                           num_samples=(10, 1, 0), cache_dir=tmp_path / "c")
+
+
+def test_empty_dataset_is_named(tmp_path):
+    """Used to read 'weights [0.0] must be >= 0 and not all 0'."""
+    prefix = _dataset(tmp_path / "e", [0] * 4)
+    with pytest.raises(UsageError, match=r"e holds no tokens \(4 documents, all empty\)"):
+        build_gpt_datasets(prefix, seq_length=8, num_samples=(10, 1, 0), cache_dir=tmp_path / "c")
+
+
+def test_index_larger_than_memory_is_refused_before_allocating():
+    """1e8 steps x batch 16 used to die in a 47 GiB MemoryError (or the OOM killer) building the index."""
+    lengths = np.full(10, 100, dtype=np.int32)
+    with pytest.raises(UsageError, match=r"the sample index for 10,000,000,000,000 samples of 64 tokens needs [\d,.]+ GiB, "
+                                          r"more than this machine's"):
+        build_indices(lengths, np.arange(10, dtype=np.int32), 10**13, 64, seed=1)
+
+
 def test_blending_follows_weights(tmp_path):
     a = _dataset(tmp_path / "a", [100] * 100)
     b = _dataset(tmp_path / "b", [100] * 100)
@@ -133,6 +165,12 @@ def test_default_corpus_is_cached_and_deterministic(tmp_path):
     assert train[0].max() < tok.vocab_size
     with pytest.raises(Exception, match="fewer than one sequence"):
         prepare_default(tmp_path / "a", vocab_size=1024, seq_hint=10**9)
+    # a truncated cached file is built again (it used to fail later with "re-run gptforge prepare")
+    data = open(f"{first.prefix}.bin", "rb").read()
+    with open(f"{first.prefix}.bin", "r+b") as f:
+        f.truncate(len(data) // 2)
+    rebuilt = prepare_default(tmp_path / "a", vocab_size=1024)
+    assert open(f"{rebuilt.prefix}.bin", "rb").read() == data and IndexedDataset(rebuilt.prefix).num_tokens > 0
 
 
 def test_cli_default_corpus_and_inspect(cli, tmp_path):

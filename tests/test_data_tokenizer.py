@@ -157,3 +157,39 @@ def test_wheel_ships_the_gpt2_files_and_their_license(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("gptforge-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"gptforge/data/gpt2/encoder.json", "gptforge/data/gpt2/vocab.bpe", "gptforge/data/gpt2/LICENSE"} <= names
+
+
+_WORDS = st.lists(st.sampled_from(["the", "cat's", "123", "!!", "héllo", "x", "'ll", " ", "  ", "\n", "\t", "\u00a0"]),
+                  max_size=60).map(" ".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=_WORDS, size=st.integers(3, 40))
+def test_pieces_cut_at_word_starts_give_the_same_tokens(text, size):
+    """Long documents are tokenized piece by piece (a 200 MB line took > 20 GB whole); where every cut is
+    before a space that starts a word, the tokens are those of the whole text."""
+    from gptforge.data.tokenizer import pieces
+
+    parts = list(pieces(text, size))
+    assert "".join(parts) == text
+    clean = all(not a[-1].isspace() and b[0] == " " and len(b) > 1 and not b[1].isspace() for a, b in zip(parts, parts[1:]))
+    if clean:
+        tok = load_tokenizer("gpt2")
+        assert [i for p in parts for i in tok._encode_piece(p)] == tok._encode_piece(text)
+
+
+def test_a_long_document_is_encoded_in_pieces(monkeypatch):
+    import numpy as np
+
+    from gptforge.data import tokenizer as tokmod
+
+    tok = load_tokenizer("gpt2")
+    text = " ".join(["alpha beta, gamma delta!"] * 400)
+    whole = tok.encode(text)
+    monkeypatch.setattr(tokmod, "PIECE_CHARS", 100)
+    seen = []
+    real = tok._encode_piece
+    monkeypatch.setattr(tok, "_encode_piece", lambda piece: seen.append(len(piece)) or real(piece))
+    assert tok.encode(text) == whole
+    assert tok.encode_array(text, np.int32).tolist() == whole and tok.encode_batch([text, "a"])[0] == whole
+    assert max(seen) <= 100 and len(seen) > 3 * len(text) // 100

@@ -4,6 +4,9 @@ the compiled functions equal the NumPy reference on generated inputs."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 import json
 import shutil
 import sysconfig
@@ -175,3 +178,42 @@ def test_unusable_cache_is_one_line_error(cli, tmp_path):
         proc = cli("build", "helpers", env={"GPTFORGE_CACHE": str(cache)})
         assert proc.returncode == 1 and "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and "GPTFORGE_CACHE" in proc.stderr, proc.stderr
+
+
+def _damaged_cache(builds, tmp_path, damage: str):
+    cache, first, _ = builds
+    copy = tmp_path / "cache"
+    shutil.copytree(cache, copy)
+    module = next(copy.rglob("gptforge_helpers*"))
+    data = module.read_bytes()
+    module.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"\x7fELF" + bytes(4000))
+    return copy, module
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_damaged_module_is_rebuilt_not_reported_built(builds, tmp_path, damage):
+    """A truncated module was 'already built' and training died with SIGBUS; a garbage one raised ImportError."""
+    copy, module = _damaged_cache(builds, tmp_path, damage)
+    proc = run_cli("build", "helpers", "--json", env={"GPTFORGE_CACHE": str(copy)})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["built"] is True
+    assert module.read_bytes() == next(builds[0].rglob("gptforge_helpers*")).read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_damaged_module_is_rebuilt_before_import(builds, tmp_path, damage):
+    copy, _ = _damaged_cache(builds, tmp_path, damage)
+    code = ("from gptforge.data.sample_index import compiled_helpers; m = compiled_helpers(); "
+            "print(m is not None and hasattr(m, 'build_sample_idx_int32'))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "GPTFORGE_CACHE": str(copy)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
+    assert "damaged; compiling them again" in proc.stderr
+
+
+@pytest.mark.parametrize("cxx,needle", [("  ", "CXX: '  ' names no command"),
+                                        ("g++ '-O2", "CXX: \"g++ '-O2\" is not a command (No closing quotation)")])
+def test_cxx_that_is_not_a_command(tmp_path, cxx, needle):
+    proc = run_cli("build", "helpers", "--force", env={"GPTFORGE_CACHE": str(tmp_path), "CXX": cxx})
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert needle in proc.stderr

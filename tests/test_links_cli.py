@@ -11,6 +11,8 @@ import sys
 import pytest
 
 from test_links_support import install_library, snapshot, symlink, write
+from gptforge.errors import UsageError
+from gptforge.links.expected import expected_cuda
 
 
 @pytest.fixture
@@ -58,7 +60,7 @@ def test_no_active_environment_is_a_usage_error():
     assert out.stderr.count("\n") == 1 and "--prefix" in out.stderr and "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("bad", ["13", "twelve", "12.x", ""])
+@pytest.mark.parametrize("bad", ["13", "twelve", "12.x", "", "\uff11\uff12.\uff18", "12.8\x1b[2J\n"])
 def test_bad_cuda_is_a_usage_error(env, bad):
     out = _run("fix-links", "--prefix", env, "--cuda", bad)
     assert out.returncode == 2 and "--cuda" in out.stderr and out.stderr.count("\n") == 1
@@ -98,11 +100,40 @@ def test_falls_back_to_torch_and_says_so_when_torch_has_no_cuda(env):
     os.unlink(os.path.join(env, "conda-meta", "cuda-version-12.8-h5d125a7_3.json"))
     import torch
 
-    out = _run("fix-links", "--prefix", env, "--dry-run", "--json")
     if torch.version.cuda is None:
-        assert out.returncode == 2 and "--cuda" in out.stderr and "torch" in out.stderr
+        with pytest.raises(UsageError, match="no CUDA build of torch") as err:
+            expected_cuda(None, env)
+        assert err.value.flag == "--cuda"
     else:
-        assert json.loads(out.stdout)["cuda"] == ".".join(torch.version.cuda.split(".")[:2])
+        assert expected_cuda(None, env)[0] == tuple(map(int, torch.version.cuda.split(".")[:2]))
+
+
+def test_dry_run_runs_nothing_from_the_prefix(env):
+    """A dry run used to import torch with the prefix's python under a 300 s timeout."""
+    os.unlink(os.path.join(env, "conda-meta", "cuda-version-12.8-h5d125a7_3.json"))
+    python = os.path.join(env, "bin", "python")
+    write(python, b"#!/bin/sh\ntouch \"$0.ran\"\nsleep 1000\n")
+    os.chmod(python, 0o755)
+    out = _run("fix-links", "--prefix", env, "--dry-run")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "a dry run does not run the environment's python" in out.stderr and "pass --cuda" in out.stderr
+    assert not os.path.exists(python + ".ran")
+
+
+@pytest.mark.parametrize("record,needle", [
+    ("12.8", "holds a JSON float, not a package record"),
+    ('["12.8"]', "holds a JSON list, not a package record"),
+    ('"12.8"', "holds a JSON str, not a package record"),
+    ('{"version": 12.8}', "12.8 is a float, not a version string"),
+    ('{"version": ["12", "8"]}', "is a list, not a version string"),
+    ('{"version": "\uff11\uff12.\uff18"}', "is not a CUDA version"),
+])
+def test_malformed_cuda_version_record(env, record, needle):
+    path = os.path.join(env, "conda-meta", "cuda-version-12.8-h5d125a7_3.json")
+    write(path, record.encode())
+    out = _run("fix-links", "--prefix", env, "--dry-run")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "cuda-version-12.8-h5d125a7_3.json" in out.stderr and needle in out.stderr
 
 
 def test_dry_run_changes_nothing_then_fix_then_nothing_to_do(env):

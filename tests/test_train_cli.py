@@ -43,12 +43,15 @@ def test_bad_input_fails_before_any_work(tmp_path, args, env, needles):
     assert not (tmp_path / "run").exists() and not (tmp_path / ".gptforge").exists()
 
 
-def test_run_dir_that_cannot_be_made(tmp_path):
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
-    proc = run_cli("train", "--run-dir", str(blocker / "run"), *TINY, cwd=tmp_path)
-    one_line_error(proc, 2, "--run-dir", "is not a writable directory")
-    assert not (tmp_path / ".gptforge").exists()
+@pytest.mark.parametrize("where,needle", [
+    ("a-file/run", "Not a directory"),
+    ("/proc/x", "/proc/x cannot be created in /proc"),  # writable by permission bits for root, yet not creatable
+])
+def test_run_dir_that_cannot_be_made(tmp_path, where, needle):
+    (tmp_path / "a-file").write_text("")
+    proc = run_cli("train", "--run-dir", where, *TINY, cwd=tmp_path)
+    one_line_error(proc, 2, "--run-dir", needle)
+    assert not (tmp_path / ".gptforge").exists() and list(tmp_path.iterdir()) == [tmp_path / "a-file"]
 
 
 def test_resume_without_a_run_to_continue(tmp_path):

@@ -32,6 +32,9 @@ def test_overrides_are_typed():
     ("train-iters=1.5", "train-iters must be int"),
     ("compile=1", "compile must be bool"),
     ("noequals", "is not key=value"),
+    ("data-path=[1,2]", "data-path item 2 is not a path"),
+    ("data-path=[0.5, 1]", "data-path item 1 is not a path"),
+    ("data-path=[true]", "data-path item True is not a path"),
 ])
 def test_bad_overrides(override, message):
     with pytest.raises(UsageError, match=message):
@@ -70,12 +73,54 @@ def test_unknown_key_in_a_file_is_an_error(tmp_path):
     (["data-path=-1 b 2 d"], 1, "data-path"),
     (["data-path=0.5 b c"], 1, "data-path"),
     (["tokenizer-type=sentencepiece"], 1, "tokenizer-type"),
+    # not finite: each used to pass here and fail later (a traceback, no clipping, a NaN loss)
+    (["lr=nan"], 1, "lr"),
+    (["adam-eps=nan"], 1, "adam-eps"),
+    (["clip-grad=nan"], 1, "clip-grad"),
+    (["min-lr=nan"], 1, "min-lr"),
+    (["weight-decay=nan"], 1, "weight-decay"),
+    (["lr=inf"], 1, "lr"),
+    (["dropout=nan"], 1, "dropout"),
+    (["seed=-1"], 1, "seed"),
+    (["seed=4294967296"], 1, "seed"),
+    (["split=0,1,0"], 1, "split"),
+    (["split=949,0,1"], 1, "split"),
+    (["split=nan,1,1"], 1, "split"),
+    (["split=inf,1,1"], 1, "split"),
+    (["data-path=nan a 1 b"], 1, "data-path"),
+    (["data-path=inf a 1 b"], 1, "data-path"),
+    # the embedded corpus has its own tokenizer: these would be silently ignored
+    (["tokenizer-dir=tok"], 1, "tokenizer-dir"),
+    (["vocab-file=v.json", "merge-file=m.txt"], 1, "vocab-file"),
+    (["tokenizer-type=gpt2"], 1, "tokenizer-type"),
 ])
 def test_validation_names_the_key(overrides, world, flag):
     cfg, _ = load_config("gpt2-tiny", overrides)
     with pytest.raises(UsageError) as err:
         validate(cfg, world)
     assert err.value.flag == flag
+
+
+def test_seed_bounds_are_accepted():
+    for seed in (0, 2**32 - 1):
+        cfg, _ = load_config("gpt2-tiny", [f"seed={seed}"])
+        validate(cfg)
+
+
+def test_a_key_in_two_tables_is_an_error(tmp_path):
+    path = tmp_path / "dup.toml"
+    path.write_text("[model]\nnum-layers = 2\nhidden-size = 64\nnum-attention-heads = 2\nlr = 1e-3\n[optim]\nlr = 2e-3\n")
+    with pytest.raises(UsageError, match=r"key 'lr' is set in \[model\] and in \[optim\]") as err:
+        load_config(str(path))
+    assert err.value.flag == "--config"
+
+
+def test_a_config_file_without_model_keys_is_an_error(tmp_path):
+    """Not a silent 92M-parameter default model (which a CPU trains for hours)."""
+    path = tmp_path / "nomodel.toml"
+    path.write_text("train-iters = 2\n")
+    with pytest.raises(UsageError, match="does not say which model to train .no num-layers, hidden-size, num-attention-heads"):
+        load_config(str(path))
 
 
 @pytest.mark.parametrize("content", [b"lr = \n[model\n", b"\xff\xfe\x00lr = 1"])

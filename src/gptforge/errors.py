@@ -1,5 +1,16 @@
 """Errors the CLI turns into one line and an exit code, never a traceback."""
 
+import re
+
+# Control characters, line and paragraph separators and lone surrogates: a path or value holding one
+# must not move the cursor, recolour the terminal or split the message over two lines.
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every unprintable character written as its Python escape (``\\n``, ``\\x1b``)."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
 
 class GptforgeError(Exception):
     """Something present is broken or an operation failed. Exit status 1."""
@@ -12,7 +23,7 @@ class GptforgeError(Exception):
         self.fix = fix
 
     def one_line(self) -> str:
-        return f"{self.message} ({self.fix})" if self.fix else self.message
+        return printable(f"{self.message} ({self.fix})" if self.fix else self.message)
 
 
 class UsageError(GptforgeError):

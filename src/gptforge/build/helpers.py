@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gptforge.errors import GptforgeError
+from gptforge.process import split_command
 
 MODULE_NAME = "gptforge_helpers"
 SOURCE = Path(__file__).resolve().parent.parent / "data" / "helpers.cpp"
@@ -73,12 +74,12 @@ def compile_command(source: Path, output: Path, cxx: str) -> list[str]:
     import pybind11
 
     includes = dict.fromkeys([sysconfig.get_paths()["include"], sysconfig.get_paths()["platinclude"], pybind11.get_include()])
-    return [*shlex.split(cxx), *CXXFLAGS, *(f"-I{d}" for d in includes), str(source), "-o", str(output)]
+    return [*split_command(cxx, "CXX"), *CXXFLAGS, *(f"-I{d}" for d in includes), str(source), "-o", str(output)]
 
 
 def find_compiler() -> str:
     cxx = os.environ.get("CXX") or "g++"
-    if shutil.which(shlex.split(cxx)[0]) is None:
+    if shutil.which(split_command(cxx, "CXX")[0]) is None:
         raise HelpersBuildError(f"C++ compiler {cxx!r} not found", "install g++ (apt-get install g++) or set CXX")
     return cxx
 
@@ -100,9 +101,9 @@ def build_helpers(*, force: bool = False, source: Path = SOURCE) -> HelpersBuild
 def _build_locked(source: Path, target: Path, force: bool) -> HelpersBuild:
     start = time.perf_counter()
     key = target.parent.name
-    if target.is_file() and not force:
-        meta = json.loads((target.parent / "entry.json").read_text()) if (target.parent / "entry.json").is_file() else {}
-        return HelpersBuild(target, key, False, time.perf_counter() - start, meta.get("command", []))
+    entry = intact_entry(target)
+    if entry is not None and not force:
+        return HelpersBuild(target, key, False, time.perf_counter() - start, entry.get("command", []))
     tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
     command = compile_command(source, tmp, find_compiler())
     try:
@@ -115,9 +116,29 @@ def _build_locked(source: Path, target: Path, force: bool) -> HelpersBuild:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)  # a failed or interrupted compile leaves no partial module
-    entry = {"command": command, **abi(), "python": sys.version.split()[0], "built_at": time.time()}
-    (target.parent / "entry.json").write_text(json.dumps(entry, indent=2) + "\n")
+    entry = {"command": command, **abi(), "python": sys.version.split()[0], "built_at": time.time(),
+             "sha256": _sha256(target)}
+    staged = target.parent / f".entry.json.partial-{os.getpid()}"
+    staged.write_text(json.dumps(entry, indent=2) + "\n")
+    os.replace(staged, target.parent / "entry.json")
     return HelpersBuild(target, key, True, time.perf_counter() - start, command)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def intact_entry(target: Path) -> dict | None:
+    """The cache entry of ``target`` when the module is the very file that was built, else None.
+
+    Importing a truncated or overwritten shared object crashes the process (SIGBUS) or raises an
+    ImportError from deep inside the loader; its sha256, recorded at build time, is checked first.
+    """
+    try:
+        entry = json.loads((target.parent / "entry.json").read_text())
+        return entry if isinstance(entry, dict) and entry.get("sha256") == _sha256(target) else None
+    except (OSError, ValueError):
+        return None
 
 
 def load_helpers():
@@ -128,6 +149,13 @@ def load_helpers():
     path = module_path()
     if not path.is_file():
         return None
+    if intact_entry(path) is None:  # damaged since it was built: compile it again, else use the NumPy code
+        print(f"gptforge: the cached dataset helpers {path} are damaged; compiling them again", file=sys.stderr)
+        try:
+            build_helpers(force=True)
+        except HelpersBuildError as err:
+            print(f"gptforge: {err.one_line()}; using the NumPy implementation", file=sys.stderr)
+            return None
     spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

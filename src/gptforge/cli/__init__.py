@@ -12,7 +12,7 @@ import importlib
 import sys
 
 from gptforge import __version__
-from gptforge.errors import GptforgeError, UsageError
+from gptforge.errors import GptforgeError, UsageError, printable
 
 COMMAND_MODULES = ("compat", "doctor", "links", "data", "build", "train", "lock")
 # Which modules register each top-level command: a command imports only its own modules, so that
@@ -42,7 +42,7 @@ class OneLineParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # noqa: D401 - argparse API
-        sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        sys.stderr.write(printable(f"{self.prog}: error: {message} (see '{self.prog} --help')") + "\n")
         raise SystemExit(2)
 
 

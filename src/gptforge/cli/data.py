@@ -81,6 +81,9 @@ def run_prepare(args) -> int:
     from gptforge.errors import UsageError
 
     if args.default_corpus:
+        if args.input or args.output_prefix:
+            raise UsageError("--default-corpus", "prepares the embedded corpus only; --input and --output-prefix "
+                             "would be ignored", "drop --default-corpus to prepare your files, or drop --input/--output-prefix")
         return _run_default_corpus(args)
     if not args.input:
         raise UsageError("--input", "no input files", "give --input PATH... (or --default-corpus DIR)")

@@ -55,7 +55,7 @@ def run(args) -> int:
     if args.undo:
         result, source = links.undo(prefix, dry_run=args.dry_run), None
     else:
-        cuda, source = expected_cuda(args.cuda, prefix)
+        cuda, source = expected_cuda(args.cuda, prefix, dry_run=args.dry_run)
         result = links.fix(prefix, cuda, source=source, dry_run=args.dry_run)
     if args.json:
         print(json.dumps(_as_json(result, source, args.undo), indent=1))

@@ -129,9 +129,12 @@ def _cached(out_dir: Path, expected: dict) -> DataPaths | None:
     if any(manifest.get(k) != v for k, v in expected.items()):
         return None
     paths = DataPaths(out_dir / f"{CORPUS_NAME}_text_document", out_dir / "tokenizer", manifest)
-    if paths.bin.is_file() and paths.idx.is_file() and (paths.tokenizer_dir / "vocab.json").is_file():
+    sizes = manifest.get("file_bytes", {})
+    files = {paths.bin.name: paths.bin, paths.idx.name: paths.idx, "vocab.json": paths.tokenizer_dir / "vocab.json",
+             "merges.txt": paths.tokenizer_dir / "merges.txt"}
+    if all(path.is_file() and path.stat().st_size == sizes.get(name) for name, path in files.items()):
         return paths
-    return None
+    return None  # missing, truncated or grown since it was built: build it again
 
 
 def prepare_default(out_dir: Path, *, vocab_size: int = 8192, seq_hint: int | None = None, progress: bool = False) -> DataPaths:
@@ -170,8 +173,11 @@ def _build(out_dir: Path, expected: dict, vocab_size: int, progress: bool, prepa
         [corpus], out_dir / CORPUS_NAME, tokenizer="bytelevel", trained_tokenizer_dir=tokenizer_dir,
         vocab_size=vocab_size, append_eod=True, progress=progress,
     )
+    prefix = result.prefixes["text"]
     manifest = {**expected, "documents": documents, "tokens": result.tokens, "corpus_sha256": sha,
-                "eod_id": result.tokenizer.eod_id, "tokenizer_vocab_size": result.tokenizer.vocab_size}
+                "eod_id": result.tokenizer.eod_id, "tokenizer_vocab_size": result.tokenizer.vocab_size,
+                "file_bytes": {p.name: p.stat().st_size for p in (Path(f"{prefix}.bin"), Path(f"{prefix}.idx"),
+                                                                   tokenizer_dir / "vocab.json", tokenizer_dir / "merges.txt")}}
     tmp = out_dir / f"manifest.json.partial-{os.getpid()}"
     tmp.write_text(json.dumps(manifest, indent=2) + "\n")
     os.replace(tmp, out_dir / "manifest.json")

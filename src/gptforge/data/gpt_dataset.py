@@ -23,7 +23,6 @@ import hashlib
 import json
 import math
 import os
-import re
 from pathlib import Path
 from typing import Sequence
 
@@ -39,12 +38,21 @@ MID_LEVEL_SURPLUS = 0.005  # Megatron's default extra samples per blended compon
 CACHE_FORMAT = 1
 
 
+def split_weights(split: str, flag: str = "--split") -> list[float]:
+    """``"949,50,1"`` (or ``949/50/1``) -> three finite non-negative weights, not all 0 (missing ones are 0)."""
+    fix = "e.g. 949,50,1"
+    try:
+        parts = [float(x) for x in split.replace("/", ",").split(",")]
+    except ValueError:
+        raise UsageError(flag, f"{split!r} is not comma-separated numbers", fix) from None
+    if len(parts) > 3 or not all(math.isfinite(p) and p >= 0 for p in parts) or sum(parts) <= 0:
+        raise UsageError(flag, f"{split!r} needs up to three finite, non-negative weights, not all 0", fix)
+    return parts + [0.0] * (3 - len(parts))
+
+
 def parse_split(split: str) -> list[tuple[float, float] | None]:
     """``"949,50,1"`` -> bookends ``[(0, .949), (.949, .999), (.999, 1)]``; an empty range is None."""
-    parts = [float(x) for x in re.findall(r"[.0-9]+", split)]
-    if not parts or len(parts) > 3 or sum(parts) <= 0:
-        raise UsageError("--split", f"{split!r} is not a train,valid,test weighting", "e.g. 949,50,1")
-    parts += [0.0] * (3 - len(parts))
+    parts = split_weights(split)
     total = sum(parts)
     bounds = np.cumsum([0.0] + [p / total for p in parts]).tolist()
     return [(lo, hi) if hi > lo else None for lo, hi in zip(bounds[:-1], bounds[1:])]
@@ -96,6 +104,10 @@ def build_indices(lengths: np.ndarray, documents: np.ndarray, num_samples: int, 
         sans_last = ((num_epochs - 1) * tokens_per_epoch - 1) // seq_length
         per_epoch = (tokens_per_epoch - 1) // seq_length
         separate_last = num_samples - sans_last < int(SEPARATE_EPOCH_THRESHOLD * per_epoch)
+    total_samples = num_epochs * tokens_per_epoch // seq_length
+    # document index (int32), sample index (two int64 per sample) and shuffle index (int64), with shuffle copies
+    check_index_memory(2 * num_epochs * len(documents) * 4 + total_samples * (16 + 2 * 8),
+                       f"the sample index for {num_samples:,} samples of {seq_length} tokens")
     rng = np.random.RandomState(seed)
     document_index = _document_index(documents, num_epochs, rng, separate_last)
     sample_index = build_sample_idx(lengths, document_index, seq_length, num_epochs, tokens_per_epoch)
@@ -180,6 +192,7 @@ class BlendedDataset(Sequence):
 
     def __init__(self, datasets: list[GPTDataset], weights: list[float], size: int):
         self.datasets, self.weights, self.size = datasets, weights, size
+        check_index_memory(size * (2 + 8), f"the blending index for {size:,} samples")  # int16 + int64 per sample
         self.dataset_index, self.dataset_sample_index = build_blending_indices(np.asarray(weights), size)
         for d, ds in enumerate(datasets):
             drawn = self.dataset_sample_index[self.dataset_index == d]
@@ -231,6 +244,8 @@ def build_gpt_datasets(
     if weights is not None and len(weights) != len(paths):
         raise UsageError("--data-path", f"{len(weights)} weights for {len(paths)} prefixes", "give one weight per prefix")
     datasets = [IndexedDataset(p) for p in paths]
+    for dataset in datasets:
+        check_token_dataset(dataset)
     if weights is None:
         weights = [float(d.num_tokens) for d in datasets]
     if any(w < 0 for w in weights) or sum(weights) <= 0:
@@ -253,6 +268,24 @@ def build_gpt_datasets(
         total = sum(part_weights)
         out.append(BlendedDataset(parts, [w / total for w in part_weights], wanted) if parts and wanted else None)
     return tuple(out)
+
+
+def check_token_dataset(dataset: IndexedDataset) -> None:
+    """Token ids are integers, and a dataset to train on holds some."""
+    fix = "re-create it with gptforge prepare"
+    if dataset.dtype.kind not in "iu":
+        raise UsageError("--data-path", f"{dataset.prefix} holds {dataset.dtype} values, not integer token ids", fix)
+    if dataset.num_tokens == 0:
+        raise UsageError("--data-path", f"{dataset.prefix} holds no tokens ({dataset.num_documents} documents, all empty)",
+                         "prepare it from a corpus with text, or leave it out of data-path")
+
+
+def check_index_memory(num_bytes: int, what: str) -> None:
+    """Refuse an index that cannot fit in this machine's memory before allocating it."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if num_bytes > physical:
+        raise UsageError("train-iters", f"{what} needs {num_bytes / 2**30:,.1f} GiB, more than this machine's "
+                         f"{physical / 2**30:,.1f} GiB of memory", "train fewer samples (train-iters x global-batch-size)")
 
 
 def _one(dataset, documents, name, num_samples, seq_length, seed, cache_dir, split):

@@ -22,6 +22,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from gptforge.errors import GptforgeError, UsageError
+from gptforge.paths import not_a_file
 from gptforge.storage import write_failed
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -148,8 +149,9 @@ class Index:
 def read_index(path: str | os.PathLike, *, check_pointers: bool = True) -> Index:
     """Parse and validate an ``.idx`` file; every inconsistency raises one named error."""
     path = Path(path)
-    if not path.is_file():
-        raise IndexedDatasetError(f"{path} not found", "pass the prefix without .bin/.idx, e.g. data/my_text_document")
+    problem = not_a_file(path)
+    if problem:
+        raise IndexedDatasetError(f"{path} {problem}", "pass the prefix without .bin/.idx, e.g. data/my_text_document")
     size = path.stat().st_size
     if size < HEADER_SIZE:
         raise IndexedDatasetError(f"{path}: truncated index header ({size} bytes, need {HEADER_SIZE})", "re-run gptforge prepare")
@@ -232,8 +234,9 @@ class IndexedDataset:
     def _open(self, prefix: str | os.PathLike) -> None:
         self.index = read_index(idx_path(prefix))
         data = bin_path(prefix)
-        if not data.is_file():
-            raise IndexedDatasetError(f"{data} not found", "the .bin file must sit beside the .idx file")
+        problem = not_a_file(data)
+        if problem:
+            raise IndexedDatasetError(f"{data} {problem}", "the .bin file must sit beside the .idx file")
         expected = expected_bin_size(self.index)
         actual = data.stat().st_size
         if actual != expected:

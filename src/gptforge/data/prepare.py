@@ -30,7 +30,8 @@ import numpy as np
 from gptforge.data.indexed import (IndexedDatasetWriter, bin_path, check_not_an_input, check_output_prefix, idx_path,
                                    optimal_dtype, output_directory)
 from gptforge.data.readers import CorpusError, Record, SkipLog, read_corpus
-from gptforge.data.tokenizer import VOCAB_NAME, Tokenizer, load_tokenizer, publish_trained, train_bytelevel
+from gptforge.data.tokenizer import (PIECE_CHARS, VOCAB_NAME, Tokenizer, check_vocab_size, load_tokenizer, pieces,
+                                     publish_trained, train_bytelevel)
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.storage import write_failed
 
@@ -124,11 +125,14 @@ def _encode_chunk(args: tuple[list[tuple[str, ...]], bool]) -> list[list[np.ndar
     dtype = optimal_dtype(tok.vocab_size)
     per_key = []
     for column in zip(*chunk):
+        long = {i for i, text in enumerate(column) if len(text) > PIECE_CHARS}
+        short = iter(tok.encode_batch([text for i, text in enumerate(column) if i not in long]))
         arrays = []
-        for ids in tok.encode_batch(list(column)):
-            if ids and append_eod:
-                ids.append(tok.eod_id)
-            arrays.append(np.asarray(ids, dtype=dtype))
+        for i, text in enumerate(column):
+            ids = tok.encode_array(text, dtype) if i in long else np.asarray(next(short), dtype=dtype)
+            if len(ids) and append_eod:
+                ids = np.append(ids, np.asarray(tok.eod_id, dtype=dtype))
+            arrays.append(ids)
         per_key.append(arrays)
     return per_key
 
@@ -209,7 +213,7 @@ def prepare(
     progress: bool = True,
 ) -> PrepareResult:
     """Tokenize ``inputs`` into ``<output_prefix>_<key>_document.bin/.idx`` for every json key."""
-    _check_arguments(inputs, output_prefix, workers, json_keys)
+    _check_arguments(inputs, output_prefix, workers, json_keys, vocab_size)
     check_not_an_input([*inputs, vocab_file, merge_file, tokenizer_dir],
                        [p for key in json_keys for p in _pair(output_prefix_for(output_prefix, key))]
                        + [trained_tokenizer_dir or default_tokenizer_dir(output_prefix)])
@@ -223,7 +227,7 @@ def prepare(
     staging = Path(f"{trained_tokenizer_dir or default_tokenizer_dir(output_prefix)}{PARTIAL}{os.getpid()}")
     with _terminate_as_exception(), output_directory(output_prefix):  # created now; removed if this run fails
         try:
-            training_text = (text for record in read(SkipLog()) for text in record.texts)
+            training_text = (piece for record in read(SkipLog()) for text in record.texts for piece in pieces(text))
             tok, tok_dir, staging = resolve_tokenizer(
                 tokenizer, training_text, output_prefix=output_prefix, tokenizer_dir=tokenizer_dir,
                 vocab_file=vocab_file, merge_file=merge_file, vocab_size=vocab_size, trained_dir=trained_tokenizer_dir,
@@ -305,7 +309,9 @@ def remove_dead_leftovers(output_prefix, trained_dir=None) -> list[Path]:
     return removed
 
 
-def _check_arguments(inputs, output_prefix, workers: int, json_keys) -> None:
+def _check_arguments(inputs, output_prefix, workers: int, json_keys, vocab_size: int | None) -> None:
+    if vocab_size is not None:
+        check_vocab_size(vocab_size)
     if not inputs:
         raise UsageError("--input", "no input files", "give at least one --input")
     check_output_prefix(output_prefix)

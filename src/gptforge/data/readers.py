@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from gptforge.errors import GptforgeError, UsageError
+from gptforge.paths import not_a_file
 
 FORMATS = ("jsonl", "parquet", "text")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # JSON's "\ud800" escapes decode to these; UTF-8 cannot hold them
 SUFFIX_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".txt": "text", ".text": "text"}
 
 
@@ -65,9 +68,9 @@ def read_corpus(
     skipped = skipped if skipped is not None else SkipLog()
     for raw in paths:
         path = Path(raw)
-        if not path.is_file():
-            what = "is a directory" if path.is_dir() else "not found"
-            raise UsageError("--input", f"{path} {what}", "give existing files")
+        problem = not_a_file(path)
+        if problem:
+            raise UsageError("--input", f"{path} {problem}", "give existing regular files")
         kind = detect_format(path, fmt)
         try:
             if kind == "jsonl":
@@ -99,6 +102,10 @@ def _texts(obj, keys: Sequence[str], where: str) -> tuple[str, ...] | str:
             value = "".join(value)  # one document (Megatron tokenizes each item as a separate sentence)
         if not isinstance(value, str):
             return f"{where}: key {key!r} holds {type(value).__name__}, expected a string"
+        surrogate = _SURROGATE.search(value)
+        if surrogate:
+            return (f"{where}: key {key!r} holds a lone surrogate \\u{ord(surrogate.group()):04x} at character "
+                    f"{surrogate.start()} (an escape that is not Unicode text)")
         texts.append(value)
     return tuple(texts)
 
@@ -116,6 +123,12 @@ def _read_jsonl(path: Path, keys, skip: bool, skipped: SkipLog) -> Iterator[Reco
                 continue
             except json.JSONDecodeError as err:
                 _bad(f"{where}: malformed JSON ({err.msg} at column {err.colno})", skip, skipped)
+                continue
+            except RecursionError:
+                _bad(f"{where}: JSON nested too deeply to read", skip, skipped)
+                continue
+            except ValueError as err:  # an integer of more than sys.get_int_max_str_digits() digits
+                _bad(f"{where}: unreadable JSON value ({str(err).split(';')[0]})", skip, skipped)
                 continue
             texts = _texts(obj, keys, where)
             if isinstance(texts, str):

@@ -16,9 +16,12 @@ import os
 import shutil
 import tomllib
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
+
+import numpy as np
 
 from gptforge.errors import GptforgeError, UsageError
+from gptforge.paths import not_a_file
 from gptforge.storage import write_failed, writing
 
 EOD_TOKEN = "<|endoftext|>"
@@ -26,6 +29,7 @@ VOCAB_NAME = "vocab.json"
 MERGES_NAME = "merges.txt"
 TRAINED_FILES = (VOCAB_NAME, MERGES_NAME, "tokenizer_meta.json", "tokenizer_config.json")  # what train_bytelevel writes
 KINDS = ("gpt2", "bytelevel")
+PIECE_CHARS = 1 << 20  # longer documents are tokenized piece by piece (see ``pieces``)
 
 
 class TokenizerError(GptforgeError):
@@ -42,9 +46,9 @@ class Tokenizer:
 
     def __init__(self, vocab_file: str | os.PathLike, merge_file: str | os.PathLike, name: str, backend: str = "auto"):
         for path, flag in ((vocab_file, "--vocab-file"), (merge_file, "--merge-file")):
-            if not Path(path).is_file():
-                what = "is not a file" if Path(path).exists() else "not found"
-                raise UsageError(flag, f"{path} {what}", "give the path of an existing file")
+            problem = not_a_file(path)
+            if problem:
+                raise UsageError(flag, f"{path} {problem}", "give the path of an existing file")
         self.name, self.backend = name, backend
         self.vocab_file, self.merge_file = Path(vocab_file), Path(merge_file)
         vocab = _read_vocab(self.vocab_file)
@@ -64,14 +68,23 @@ class Tokenizer:
                 "vocab_sha256": _sha256(self.vocab_file), "merges_sha256": _sha256(self.merge_file)}
 
     def encode(self, text: str) -> list[int]:
-        if self._tiktoken is not None:
-            return self._tiktoken.encode_ordinary(text)
-        return self._hf.encode(text).ids
+        return [i for piece in pieces(text) for i in self._encode_piece(piece)]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        if any(len(t) > PIECE_CHARS for t in texts):
+            return [self.encode(t) for t in texts]
         if self._tiktoken is not None:
             return [self._tiktoken.encode_ordinary(t) for t in texts]
         return [e.ids for e in self._hf.encode_batch(texts)]
+
+    def encode_array(self, text: str, dtype) -> np.ndarray:
+        """``encode`` as an array, piece by piece: a document of any length in bounded memory."""
+        return np.concatenate([np.asarray(self._encode_piece(p), dtype=dtype) for p in pieces(text)])
+
+    def _encode_piece(self, text: str) -> list[int]:
+        if self._tiktoken is not None:
+            return self._tiktoken.encode_ordinary(text)
+        return self._hf.encode(text).ids
 
     def decode(self, ids: Iterable[int]) -> str:
         if self._tiktoken is not None:
@@ -89,6 +102,31 @@ class Tokenizer:
             return
         self.__dict__.update({k: v for k, v in state.items() if k != "tiktoken"})
         self._tiktoken, self._hf = state["tiktoken"], None
+
+
+def pieces(text: str, size: int | None = None) -> Iterator[str]:
+    """``text`` in pieces of at most about ``size`` characters, for tokenizing long documents in bounded memory
+    (one 200 MB line took over 20 GB whole).
+
+    A piece ends before a space that follows a non-space and precedes one: GPT-2's pre-tokenizer starts a
+    new word there whatever follows, so the pieces' tokens are the whole text's. A stretch of ``size``
+    characters without such a space is cut where it ends (the only place the tokens can differ).
+    """
+    size = size or PIECE_CHARS
+    start = 0
+    while len(text) - start > size:
+        cut = _word_start(text, start, start + size)
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
+
+
+def _word_start(text: str, start: int, end: int) -> int:
+    i = end
+    while (i := text.rfind(" ", start + 1, i)) > start:
+        if not text[i - 1].isspace() and not text[i + 1].isspace():
+            return i
+    return end
 
 
 def _read_vocab(path: Path) -> dict[str, int]:
@@ -195,12 +233,22 @@ def load_tokenizer(
     return Tokenizer(vocab_file, merge_file, kind)
 
 
+MAX_VOCAB_SIZE = 2**20  # the trainer reserves memory per requested token (10**9 asks for 70 GB and aborts)
+
+
+def check_vocab_size(vocab_size: int) -> None:
+    if vocab_size < 257:
+        raise UsageError("--vocab-size", f"{vocab_size} is too small", "a byte-level BPE needs at least 257 tokens (256 bytes + end of document)")
+    if vocab_size > MAX_VOCAB_SIZE:
+        raise UsageError("--vocab-size", f"{vocab_size} is larger than {MAX_VOCAB_SIZE:,}",
+                         "GPT vocabularies hold 8k to 256k tokens, e.g. --vocab-size 50257")
+
+
 def train_bytelevel(texts: Iterable[str], out_dir: str | os.PathLike, *, vocab_size: int = 8192) -> Tokenizer:
     """Train a byte-level BPE on ``texts`` and save vocab.json + merges.txt in ``out_dir`` (atomically)."""
     from tokenizers import ByteLevelBPETokenizer
 
-    if vocab_size < 257:
-        raise UsageError("--vocab-size", f"{vocab_size} is too small", "a byte-level BPE needs at least 257 tokens (256 bytes + end of document)")
+    check_vocab_size(vocab_size)
     out_dir = Path(out_dir)
     tok = ByteLevelBPETokenizer()
     tok.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, special_tokens=[EOD_TOKEN], show_progress=False)

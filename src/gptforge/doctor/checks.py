@@ -174,12 +174,19 @@ def check_libcudart(machine: dict) -> list[Finding]:
 
 
 def check_compilers(machine: dict) -> list[Finding]:
-    host = machine["compilers"]["nvcc_host"]
-    if machine["nvcc"]["version"] and host["path"] is None:
-        return [Finding("host-compiler-not-found", W,
-                        f"the host compiler nvcc would run ('{host['command']}', from {host['source']}) is not found",
-                        "install gcc/g++ (e.g. apt-get install build-essential) or set CC/CUDAHOSTCXX to one")]
-    return []
+    host, findings = machine["compilers"]["nvcc_host"], []
+    broken = {}
+    for entry in machine["compilers"].values():
+        if entry.get("error"):
+            broken.setdefault((entry["command"], entry["source"]), entry["error"])
+    for (command, source), error in broken.items():
+        findings.append(Finding("compiler-broken", W, f"compiler '{command}' (from {source}) cannot be used: {error}",
+                                f"fix or unset {source}" if source in ("CC", "CXX", "CUDAHOSTCXX", "NVCC_CCBIN") else "reinstall it or take it off PATH"))
+    if machine["nvcc"]["version"] and host["path"] is None and not host.get("error"):
+        findings.append(Finding("host-compiler-not-found", W,
+                                f"the host compiler nvcc would run ('{host['command']}', from {host['source']}) is not found",
+                                "install gcc/g++ (e.g. apt-get install build-essential) or set CC/CUDAHOSTCXX to one"))
+    return findings
 
 
 def check_apex(machine: dict) -> list[Finding]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import re
-import subprocess
 import sys
 
 from gptforge.errors import UsageError
@@ -15,6 +13,9 @@ from gptforge.links.layout import Layout
 from gptforge.links.libversion import read_versions
 from gptforge.probe.command import run_tool
 from gptforge.probe.nvcc import parse_nvcc_release
+from gptforge.process import run_bounded
+
+TORCH_TIMEOUT_S = 60  # importing torch from a cold disk; a hung interpreter is killed with its children
 
 
 # Directories that are the system, not an environment: a repair there (mv /lib64 ...) breaks the machine.
@@ -43,22 +44,33 @@ def resolve_prefix(given: str | None, environ=os.environ, *, allow_system: bool 
     return prefix
 
 
-def parse_cuda(text: str, flag: str = "--cuda") -> Version:
-    m = re.fullmatch(r"\s*(\d+)\.(\d+)(?:\.\d+)*\s*", text or "")
-    if not m:
-        raise UsageError(flag, f"{text!r} is not a CUDA version", "write it as MAJOR.MINOR, e.g. --cuda 12.8")
-    return int(m.group(1)), int(m.group(2))
+def parse_cuda(text, flag: str = "--cuda") -> Version:
+    """(major, minor) by the compatibility engine's CUDA parser: fix-links and compat accept the same forms."""
+    from gptforge.compat.versions import VersionError, parse_cuda as parse
+
+    try:
+        if not isinstance(text, str):
+            raise VersionError(f"{text!r} is a {type(text).__name__}, not a version string")
+        version = parse(text)
+    except VersionError as err:
+        raise UsageError(flag, str(err), "write it as MAJOR.MINOR, e.g. --cuda 12.8") from None
+    return version.major, version.minor
 
 
-def expected_cuda(given: str | None, prefix: str) -> tuple[Version, str]:
+def expected_cuda(given: str | None, prefix: str, dry_run: bool = False) -> tuple[Version, str]:
     """(major, minor) and where it came from: --cuda, the cuda-version record, the prefix's own
-    toolkit (version.json, bin/nvcc, the runtime file), or torch."""
+    toolkit (version.json, bin/nvcc, the runtime file), or torch (not in a dry run, which runs nothing
+    of the environment's python)."""
     if given is not None:
         return parse_cuda(given), "--cuda"
     for source in (_cuda_version_record, _version_json, _nvcc_release, _runtime_file):
         found = source(prefix)
         if found:
             return found
+    if dry_run:
+        raise UsageError("--cuda", f"cannot tell which CUDA {prefix} is for without running its python (no "
+                         "cuda-version record, version.json, bin/nvcc or runtime file), and a dry run runs nothing",
+                         "pass --cuda MAJOR.MINOR")
     return _torch_cuda(prefix)
 
 
@@ -98,10 +110,14 @@ def _cuda_version_record(prefix: str) -> tuple[Version, str] | None:
     for path in sorted(glob.glob(os.path.join(prefix, "conda-meta", "cuda-version-*.json"))):
         try:
             with open(path, encoding="utf-8") as f:
-                version = json.load(f).get("version", "")
-        except (OSError, ValueError):
+                record = json.load(f)
+        except (OSError, ValueError, RecursionError):
             continue
-        return parse_cuda(version, os.path.basename(path)), f"conda-meta/{os.path.basename(path)}"
+        name = os.path.basename(path)
+        if not isinstance(record, dict):
+            raise UsageError(name, f"holds a JSON {type(record).__name__}, not a package record",
+                             "reinstall the cuda-version package, or pass --cuda MAJOR.MINOR")
+        return parse_cuda(record.get("version", ""), name), f"conda-meta/{name}"
     return None
 
 
@@ -109,12 +125,8 @@ def _torch_cuda(prefix: str) -> tuple[Version, str]:
     """The CUDA the environment's torch was built with (slow: imports torch in a subprocess)."""
     python = os.path.join(prefix, "bin", "python")
     python = python if os.access(python, os.X_OK) else sys.executable
-    try:
-        out = subprocess.run([python, "-c", "import torch; print(torch.version.cuda or '')"],
-                             capture_output=True, text=True, timeout=300)
-        cuda = out.stdout.strip() if out.returncode == 0 else ""
-    except (OSError, subprocess.TimeoutExpired):
-        cuda = ""
+    done = run_bounded([python, "-c", "import torch; print(torch.version.cuda or '')"], TORCH_TIMEOUT_S)
+    cuda = done.stdout.strip() if done.code == 0 else ""
     if not cuda:
         raise UsageError("--cuda", f"cannot tell which CUDA {prefix} is for: no cuda-version package record, no "
                          "version.json, no bin/nvcc, no libcudart that answers, no CUDA build of torch",

@@ -182,7 +182,14 @@ def _headers(plan: Plan) -> None:
         plan.note("links-header-shadowed", WARNING,
                   f"{layout.include} is not a directory of the prefix; CUDA headers not linked into it")
         return
-    for name in sorted(os.listdir(layout.target_include)):
+    try:
+        names = sorted(os.listdir(layout.target_include))
+    except OSError as err:
+        plan.note("links-headers-unreadable", WARNING,
+                  f"{layout.target_include} cannot be listed by this user ({err.strerror}); CUDA headers not linked",
+                  "run fix-links as the prefix's owner, or make the directory readable (chmod a+rx)")
+        return
+    for name in names:
         _header(plan, name)
 
 

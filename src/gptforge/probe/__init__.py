@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from gptforge.probe.compilers import probe_compilers
 from gptforge.probe.cuda_home import probe_cuda_home
@@ -24,6 +25,10 @@ def probe_python() -> dict:
     return {"version": platform.python_version(), "executable": sys.executable}
 
 
+def _default_host(nvcc: dict) -> str | None:
+    return (nvcc["cuda_home"] or nvcc["path"] or {}).get("host_compiler")
+
+
 def probe_machine(env: dict | None = None) -> dict:
     """Everything doctor looks at.
 
@@ -35,14 +40,16 @@ def probe_machine(env: dict | None = None) -> dict:
     torch = probe_torch()
     apex, transformer_engine = probe_apex(), probe_transformer_engine()
     loaded = probe_loaded_libcudart()
-    nvcc = probe_nvcc(env)
-    nvcc_default_host = (nvcc["cuda_home"] or nvcc["path"] or {}).get("host_compiler")
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the external tools, at once: each may hang until its timeout
+        nvcc_job = pool.submit(probe_nvcc, env)
+        compilers_job = pool.submit(probe_compilers, lambda: _default_host(nvcc_job.result()), env)
+        nvcc, compilers = nvcc_job.result(), compilers_job.result()
     return {
         "python": probe_python(),
         "driver": probe_nvml(),
         "nvcc": nvcc,
         "cuda_home": probe_cuda_home(env),
-        "compilers": probe_compilers(nvcc_default_host, env),
+        "compilers": compilers,
         "torch": torch,
         "libcudart_loaded": loaded,
         "apex": apex,

@@ -5,9 +5,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
+from gptforge.errors import UsageError
 from gptforge.probe.command import run_tool
+from gptforge.process import split_command
 
+HOST_VARIABLES = ("CUDAHOSTCXX", "CC", "NVCC_CCBIN")
 _CLANG = re.compile(r"clang version (\d+(?:\.\d+)*)", re.ASCII)
 
 
@@ -19,13 +24,20 @@ def _run(args: list[str]) -> str | None:
 def probe_compiler(command: str, source: str, env: dict | None = None) -> dict:
     """Kind (gcc/clang), version and resolved path of a compiler command such as ``g++-13``."""
     env = dict(os.environ if env is None else env)
-    head = command.split()[0] if command.strip() else command
-    path = head if os.path.sep in head else shutil.which(head, path=env.get("PATH", ""))
-    info = {"command": command, "source": source, "path": path, "kind": None, "version": None}
-    if path is None or not os.path.isfile(path) or not os.access(path, os.X_OK):
-        info["path"] = None
+    info = {"command": command, "source": source, "path": None, "kind": None, "version": None, "error": None}
+    try:
+        head = split_command(command, source)[0]
+    except UsageError as err:
+        info["error"] = err.message
         return info
-    banner = _run([path, "--version"]) or ""
+    path = head if os.path.sep in head else shutil.which(head, path=env.get("PATH", ""))
+    if path is None or not os.path.isfile(path) or not os.access(path, os.X_OK):
+        return info
+    info["path"] = path
+    code, out, err = run_tool([path, "--version"])
+    if code == -1:
+        info["error"] = f"'{path} --version': {err}"
+    banner = out.strip() if code == 0 else ""
     clang = _CLANG.search(banner)
     if clang:
         info["kind"], info["version"] = "clang", clang.group(1)
@@ -42,7 +54,7 @@ def nvcc_host_command(env: dict, nvcc_default: str | None) -> tuple[str, str]:
     CUDAHOSTCXX is what CMake passes as ``-ccbin``; CC is what torch's cpp_extension passes as
     ``-ccbin``; NVCC_CCBIN is read by nvcc itself; otherwise nvcc's own default (seen in --dryrun).
     """
-    for name in ("CUDAHOSTCXX", "CC", "NVCC_CCBIN"):
+    for name in HOST_VARIABLES:
         if env.get(name):
             return env[name], name
     if nvcc_default:
@@ -50,13 +62,23 @@ def nvcc_host_command(env: dict, nvcc_default: str | None) -> tuple[str, str]:
     return "gcc", "default gcc on PATH"
 
 
-def probe_compilers(nvcc_default: str | None = None, env: dict | None = None) -> dict:
+def probe_compilers(nvcc_default: str | None | Callable[[], str | None] = None, env: dict | None = None) -> dict:
+    """The four compilers, probed at once (a hanging one costs one timeout, not four in a row).
+
+    ``nvcc_default`` may be a function (waiting for the nvcc probe): it is called only when no
+    environment variable names the host compiler.
+    """
     env = dict(os.environ if env is None else env)
-    host, host_source = nvcc_host_command(env, nvcc_default)
     cxx = env.get("CXX") or "c++"
-    return {
-        "nvcc_host": probe_compiler(host, host_source, env),
-        "cxx": probe_compiler(cxx, "CXX" if env.get("CXX") else "default c++ on PATH", env),
-        "gcc": probe_compiler("gcc", "PATH", env),
-        "gxx": probe_compiler("g++", "PATH", env),
-    }
+    commands = {"cxx": (cxx, "CXX" if env.get("CXX") else "default c++ on PATH"), "gcc": ("gcc", "PATH"),
+                "gxx": ("g++", "PATH")}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        jobs = {key: pool.submit(probe_compiler, command, source, env) for key, (command, source) in commands.items()}
+        default = nvcc_default() if callable(nvcc_default) and not _host_from_env(env) else nvcc_default
+        host, host_source = nvcc_host_command(env, None if callable(default) else default)
+        jobs["nvcc_host"] = pool.submit(probe_compiler, host, host_source, env)
+        return {key: jobs[key].result() for key in ("nvcc_host", "cxx", "gcc", "gxx")}
+
+
+def _host_from_env(env: dict) -> bool:
+    return any(env.get(name) for name in HOST_VARIABLES)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 
 from gptforge.probe.command import run_tool
 
@@ -79,13 +80,16 @@ def probe_nvcc(env: dict | None = None) -> dict:
     """nvcc under the CUDA root and nvcc on PATH, and whether they are the same release."""
     env = dict(os.environ if env is None else env)
     home, _source = cuda_home_setting(env)
-    from_home = probe_nvcc_at(os.path.join(home, "bin", "nvcc")) if home else None
+    home_nvcc = os.path.join(home, "bin", "nvcc") if home else None
     on_path = shutil.which("nvcc", path=env.get("PATH", ""))
-    from_path = None
-    if on_path and from_home and os.path.realpath(on_path) == from_home["real_path"]:
+    same = bool(home_nvcc and on_path and os.path.realpath(on_path) == os.path.realpath(home_nvcc))
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two different files: at once (each may hang until its timeout)
+        home_job = pool.submit(probe_nvcc_at, home_nvcc) if home_nvcc else None
+        path_job = pool.submit(probe_nvcc_at, on_path) if on_path and not same else None
+        from_home = home_job.result() if home_job else None
+        from_path = path_job.result() if path_job else None
+    if same:
         from_path = {**from_home, "path": on_path}  # the same file: do not run it twice
-    elif on_path:
-        from_path = probe_nvcc_at(on_path)
     versions = {p["version"] for p in (from_home, from_path) if p and p["version"]}
     both = bool(from_home and from_home["version"] and from_path and from_path["version"])
     return {

@@ -14,10 +14,12 @@ file is read, so damage is named instead of resumed from.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import pickle
 import json
+import pickle
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -31,6 +33,11 @@ PREFIX = "step_"
 TRAINER_FILE = "trainer.pt"
 CHECKSUMS_FILE = "checksums.json"
 DAMAGED = "the checkpoint is damaged or was changed after it was saved; use an older one"
+STEP_DIR = re.compile(rf"{PREFIX}(\d+)", re.ASCII)
+# trainer.pt: key -> the types its value may have (None: optional key)
+TRAINER_KEYS = {"step": (int,), "consumed_samples": (int,), "model_shape": (dict,), "model_config": (dict,),
+                "tokenizer": (dict,), "deepspeed": (bool,), "config": (dict,), "world_size": (int,),
+                "scheduler": (dict, type(None)), "scaler": (dict, type(None), None)}
 
 
 def step_dir_name(step: int) -> str:
@@ -115,7 +122,7 @@ def commit(root: Path, step: int, keep_last: int) -> Path:
 def complete_checkpoints(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and (p / TRAINER_FILE).is_file()]
+    found = [p for p in root.iterdir() if STEP_DIR.fullmatch(p.name) and p.is_dir() and (p / TRAINER_FILE).is_file()]
     return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
 
 
@@ -167,9 +174,52 @@ def load_file(path: Path):
 def read_trainer_state(ckpt: Path) -> dict:
     verify(ckpt, [TRAINER_FILE])
     state = load_file(ckpt / TRAINER_FILE)
-    if not isinstance(state, dict) or not {"step", "model_shape"} <= set(state):
-        raise GptforgeError(f"{ckpt / TRAINER_FILE} is not a gptforge trainer state", DAMAGED)
+    check_trainer_state(state, ckpt / TRAINER_FILE)
     return state
+
+
+def check_trainer_state(state, path: Path) -> None:
+    """Every key the trainer and ``sample`` read is there with its type: a damaged or foreign trainer.pt is a
+    one-line error here, not a KeyError or TypeError later."""
+    problem = _trainer_state_problem(state)
+    if problem:
+        raise GptforgeError(f"{path}: {problem}", "the checkpoint is damaged or not one gptforge wrote; use an older one")
+
+
+def _trainer_state_problem(state) -> str | None:
+    from gptforge.model.config import ModelConfig
+    from gptforge.train.data import TokenizerSpec
+
+    if not isinstance(state, dict):
+        return f"holds a {type(state).__name__}, not a dict of trainer state"
+    for key, types in TRAINER_KEYS.items():
+        if key not in state:
+            if None in types:
+                continue
+            return f"no {key!r} entry"
+        if not isinstance(state[key], tuple(t for t in types if t is not None)) or \
+                (isinstance(state[key], bool) and bool not in types):
+            return f"{key!r} holds {type(state[key]).__name__} {state[key]!r:.40}"
+    if state["step"] < 0 or state["consumed_samples"] < 0:
+        return "a negative step or sample count"
+    return (_fields_problem(state["model_config"], ModelConfig, "model_config")
+            or _fields_problem(state["tokenizer"], TokenizerSpec, "tokenizer"))
+
+
+def _fields_problem(values: dict, cls, name: str) -> str | None:
+    """``values`` can build ``cls``: the required fields present, no unknown ones, each of its annotated type."""
+    types = {"int": int, "float": (int, float), "str": str}
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if f.name not in values:
+            if required:
+                return f"{name} has no {f.name!r}"
+            continue
+        value = values[f.name]
+        if isinstance(value, bool) or not isinstance(value, types[f.type]):
+            return f"{name}[{f.name!r}] holds {type(value).__name__} {value!r:.40}"
+    unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+    return f"{name} has unknown entries {sorted(unknown)}" if unknown else None
 
 
 def check_shape(state: dict, expected_shape: dict, ckpt: Path) -> None:

@@ -7,6 +7,7 @@ every key is unique, and an unknown key anywhere is an error. Overrides use the 
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field, fields
 from importlib import resources
@@ -16,6 +17,8 @@ from gptforge.errors import UsageError
 from gptforge.model.config import ModelConfig
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+MODEL_KEYS = ("num-layers", "hidden-size", "num-attention-heads")  # a config file must say which model
+SEED_LIMIT = 2**32  # numpy's RandomState (the dataset shuffles) takes seeds in [0, 2**32)
 TOKENIZERS = ("default", "gpt2", "bytelevel")
 
 
@@ -125,16 +128,24 @@ def resolve_config_path(name_or_path: str) -> Path:
                      f"use one of {', '.join(packaged_configs())} or a path to a .toml file")
 
 
-def flatten(table: dict, source: str, prefix: str = "") -> dict:
+def flatten(table: dict, source: str) -> dict:
+    """Keys of every table in one namespace; a key set in two tables is an error, not "the last wins"."""
     flat: dict = {}
+    where: dict = {}
+    for key, value, table_name in _leaves(table):
+        if key in flat:
+            raise UsageError("--config", f"{source}: key {key!r} is set in [{where[key] or 'top level'}] and in "
+                             f"[{table_name or 'top level'}]", "keep one of them")
+        flat[key], where[key] = value, table_name
+    return flat
+
+
+def _leaves(table: dict, name: str = ""):
     for key, value in table.items():
         if isinstance(value, dict):
-            flat.update(flatten(value, source, f"{prefix}{key}."))
-        elif key in flat:
-            raise UsageError(None, f"{source}: key {key!r} appears twice", "keep one")
+            yield from _leaves(value, f"{name}.{key}" if name else key)
         else:
-            flat[key] = value
-    return flat
+            yield key, value, name
 
 
 def coerce(key: str, value, source: str):
@@ -142,8 +153,8 @@ def coerce(key: str, value, source: str):
     expected = {"int": int, "float": float, "bool": bool, "str": str, "list": list}.get(expected, expected)
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if expected is list and isinstance(value, str):
-        return value.split()
+    if expected is list and isinstance(value, (str, list)):
+        return coerce_path_list(key, value, source)
     if expected is int and isinstance(value, bool) or not isinstance(value, expected):
         raise UsageError(source, f"{key} must be {expected.__name__}, got {value!r}", f"e.g. {key}={default_text(key)}")
     return value
@@ -156,6 +167,21 @@ def list_keys(cfg: TrainConfig) -> str:
     lines = [f"{key_name(f.name)} = {value_text(getattr(cfg, f.name))}" for f in fields(cfg)]
     width = max(map(len, lines))
     return "\n".join(f"{line:<{width}}  # {f.metadata['help']}" for line, f in zip(lines, fields(cfg)))
+
+
+def coerce_path_list(key: str, value, source: str) -> list[str]:
+    """``data-path``: one prefix, or WEIGHT PREFIX pairs; numbers only where a weight goes."""
+    items = value.split() if isinstance(value, str) else value
+    blend = len(items) > 1
+    out = []
+    for i, item in enumerate(items):
+        weight_slot = blend and i % 2 == 0
+        is_number = isinstance(item, (int, float)) and not isinstance(item, bool)
+        if not (isinstance(item, str) or (weight_slot and is_number)):
+            raise UsageError(source, f"{key} item {item!r} is not a {'weight or a ' if weight_slot else ''}path",
+                             "e.g. data-path=my_text_document or data-path='0.7 a_text 0.3 b_text'")
+        out.append(str(item))
+    return out
 
 
 def default_text(key: str) -> str:
@@ -198,9 +224,14 @@ def load_config(name_or_path: str, overrides: list[str] = ()) -> tuple[TrainConf
     except OSError as err:
         raise UsageError("--config", f"cannot read {path}: {err.strerror}", "give a readable .toml file") from None
     values = {}
-    for key, value in flatten(table, path.name).items():
+    flat = flatten(table, path.name)
+    for key, value in flat.items():
         check_known(key, path.name)
         values[key] = coerce(key, value, path.name)
+    missing = [key for key in MODEL_KEYS if key not in flat]
+    if missing:
+        raise UsageError("--config", f"{path.name} does not say which model to train (no {', '.join(missing)})",
+                         "set them under [model], or start from a packaged config: --config gpt2-tiny KEY=VALUE")
     for text in overrides:
         key, value = parse_override(text)
         values[key] = value
@@ -210,6 +241,11 @@ def load_config(name_or_path: str, overrides: list[str] = ()) -> tuple[TrainConf
 
 def validate(cfg: TrainConfig, world_size: int = 1) -> None:
     """Every check that needs no GPU and no data; raises UsageError naming the key and the fix."""
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.type == "float" and not math.isfinite(value):
+            raise UsageError(key_name(f.name), f"must be a finite number, got {value}", f"e.g. {key_name(f.name)}={default_text(key_name(f.name))}")
+    check_seed(cfg.seed, "seed")
     positive = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "max_position_embeddings",
                 "micro_batch_size", "global_batch_size", "train_iters", "eval_interval", "save_interval",
                 "eval_iters", "keep_last", "log_interval", "default_vocab_size", "lr")
@@ -251,6 +287,24 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
     if cfg.tokenizer_type not in TOKENIZERS:
         raise UsageError("tokenizer-type", f"{cfg.tokenizer_type!r} is not one of {', '.join(TOKENIZERS)}",
                          "the tokenizer the data was prepared with, e.g. tokenizer-type=gpt2")
+    check_tokenizer_keys(cfg)
+
+
+def check_seed(seed: int, flag: str) -> None:
+    if not 0 <= seed < SEED_LIMIT:
+        raise UsageError(flag, f"{seed} is outside [0, 2**32)", "e.g. 1234")
+
+
+def check_tokenizer_keys(cfg: TrainConfig) -> None:
+    """The embedded corpus brings its own tokenizer: tokenizer keys without data-path would be ignored."""
+    if cfg.data_path:
+        return
+    given = [key_name(a) for a in ("tokenizer_dir", "vocab_file", "merge_file") if getattr(cfg, a)]
+    if cfg.tokenizer_type != "default":
+        given.insert(0, "tokenizer-type")
+    if given:
+        raise UsageError(given[0], "applies to data-path only; the embedded corpus brings its own tokenizer",
+                         "set data-path to the dataset this tokenizer made, or drop " + ", ".join(given))
 
 
 def validate_data_path(data_path: list) -> None:
@@ -262,17 +316,17 @@ def validate_data_path(data_path: list) -> None:
         raise UsageError("data-path", "a blend is pairs of WEIGHT PREFIX", fix)
     for weight in data_path[0::2]:
         try:
-            if float(weight) < 0:
+            if not float(weight) >= 0 or math.isinf(float(weight)):
                 raise ValueError
         except ValueError:
             raise UsageError("data-path", f"blend weight {weight!r} is not a non-negative number", fix) from None
 
 
 def validate_split(split: str) -> None:
-    parts = split.replace("/", ",").split(",")
-    try:
-        numbers = [float(p) for p in parts]
-    except ValueError:
-        raise UsageError("split", f"{split!r} is not comma-separated numbers", "e.g. split=949,50,1") from None
-    if len(numbers) > 3 or any(n < 0 for n in numbers) or sum(numbers) <= 0:
-        raise UsageError("split", f"{split!r} needs up to three non-negative weights", "e.g. split=949,50,1")
+    """The dataset's split parser, plus what training needs: documents to train on and to validate with."""
+    from gptforge.data.gpt_dataset import split_weights
+
+    train, valid, _ = split_weights(split, "split")
+    for name, weight in (("training", train), ("validation", valid)):
+        if weight <= 0:
+            raise UsageError("split", f"{split!r} leaves no {name} documents", "give it a share, e.g. split=949,50,1")

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gptforge.errors import UsageError
+from gptforge.errors import GptforgeError, UsageError
+from gptforge.paths import not_a_file
 from gptforge.train.config import TrainConfig
 
 DEFAULT_TOKENIZER = "bytelevel"  # the kind name gptforge.data gives the embedded corpus' BPE
@@ -77,9 +78,9 @@ def check_data_paths(cfg: TrainConfig) -> None:
     """Missing prefixes and tokenizer files are usage errors, found before any GPU work."""
     prefixes, _ = prefixes_and_weights(cfg)
     for prefix in prefixes:
-        missing = [ext for ext in (".bin", ".idx") if not Path(prefix + ext).is_file()]
-        if missing:
-            raise UsageError("data-path", f"{' and '.join(prefix + ext for ext in missing)} not found",
+        problems = [f"{prefix + ext} {problem}" for ext in (".bin", ".idx") if (problem := not_a_file(prefix + ext))]
+        if problems:
+            raise UsageError("data-path", " and ".join(problems),
                              "give the prefix of a 'gptforge prepare' output (PATH without .bin/.idx), "
                              "or leave data-path empty to use the embedded corpus")
     if prefixes and cfg.tokenizer_type == "default":
@@ -129,32 +130,44 @@ def build(cfg: TrainConfig, default_paths, spec: TokenizerSpec, vocab_size: int)
     return DataSetup(train, valid, spec, vocab_size, description)
 
 
-def batch(dataset, start: int, count: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(dataset, start: int, count: int, device: torch.device, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Samples [start, start+count) as (inputs, labels) on ``device``."""
     n = len(dataset)
     rows = np.stack([np.asarray(dataset[(start + i) % n], dtype=np.int64) for i in range(count)])
+    check_token_ids(rows, vocab_size, start)
     tokens = torch.from_numpy(rows)
     if device.type == "cuda":
         tokens = tokens.pin_memory().to(device, non_blocking=True)
     return tokens[:, :-1], tokens[:, 1:]
 
 
+def check_token_ids(rows: np.ndarray, vocab_size: int, start: int) -> None:
+    """Every token id indexes the embedding table (checked per batch: a scan of the whole dataset at start
+    would cost minutes on a large one)."""
+    low, high = int(rows.min()), int(rows.max())
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise GptforgeError(f"token id {bad} in samples {start}..{start + len(rows) - 1} is outside the tokenizer's "
+                            f"vocabulary [0, {vocab_size})", "train with the tokenizer the data was prepared with "
+                            "(tokenizer-type, tokenizer-dir), or re-create the data with gptforge prepare")
+
+
 class BatchReader:
     """Batches of one dataset, with one read ahead: the trainer asks for the next step's first batch
     while the GPU still runs the current step, so the host work does not leave the GPU idle."""
 
-    def __init__(self, dataset, count: int, device: torch.device):
-        self.dataset, self.count, self.device = dataset, count, device
+    def __init__(self, dataset, count: int, device: torch.device, vocab_size: int):
+        self.dataset, self.count, self.device, self.vocab_size = dataset, count, device, vocab_size
         self.ahead: tuple[int, tuple] | None = None
 
     def get(self, start: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.ahead is not None and self.ahead[0] == start:
             found, self.ahead = self.ahead[1], None
             return found
-        return batch(self.dataset, start, self.count, self.device)
+        return batch(self.dataset, start, self.count, self.device, self.vocab_size)
 
     def prefetch(self, start: int) -> None:
-        self.ahead = (start, batch(self.dataset, start, self.count, self.device))
+        self.ahead = (start, batch(self.dataset, start, self.count, self.device, self.vocab_size))
 
 
 def micro_batch_start(consumed: int, micro: int, rank: int, world: int, micro_batch_size: int) -> int:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import math
 import os
 import resource
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,13 +82,18 @@ def memory_gib(device: torch.device) -> float:
 
 
 def check_writable(run_dir: Path) -> None:
-    """The run directory can be made: its nearest existing ancestor is a writable directory."""
+    """The run directory can be made: a directory can be created (and is removed again) in its nearest
+    existing ancestor. Permission bits are not enough: root passes them on /proc and read-only mounts."""
     existing = run_dir.absolute()
     while not existing.exists():
         existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError("--run-dir", f"{run_dir} cannot be created: {existing} is not a writable directory",
-                         "give a --run-dir on a writable file system")
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        os.rmdir(tempfile.mkdtemp(prefix=".gptforge-write-test-", dir=existing))
+    except OSError as err:
+        raise UsageError("--run-dir", f"{run_dir} cannot be created in {existing}: {err.strerror or err}",
+                         "give a --run-dir on a writable file system") from None
 
 
 class Trainer:
@@ -186,7 +193,7 @@ class Trainer:
             torch.manual_seed(cfg.seed + self.env.rank)  # dropout differs per rank; weights were seeded alike
         self.peak = lookup(torch.cuda.get_device_name(self.device)) if self.device.type == "cuda" else Peak("CPU", None, "")
         self.flops_per_token = self.model.flops_per_token(cfg.seq_length)
-        self.reader = datamod.BatchReader(self.data.train, cfg.micro_batch_size, self.device)
+        self.reader = datamod.BatchReader(self.data.train, cfg.micro_batch_size, self.device, self.data.vocab_size)
         if self.env.is_main:
             self.prepare_run_dir()
         distributed.barrier(self.env)
@@ -240,7 +247,7 @@ class Trainer:
         with torch.no_grad():
             for i in range(batches):
                 start = datamod.micro_batch_start(0, i, env.rank, env.world_size, cfg.micro_batch_size)
-                x, y = datamod.batch(self.data.valid, start, cfg.micro_batch_size, self.device)
+                x, y = datamod.batch(self.data.valid, start, cfg.micro_batch_size, self.device, self.data.vocab_size)
                 total += self.engine.eval_loss(x, y).float()
                 if on_batch:
                     on_batch()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -9,6 +10,7 @@ import torch
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT, ModelConfig
 from gptforge.train import checkpoint
+from gptforge.train.config import check_seed
 from gptforge.train.data import TokenizerSpec
 from gptforge.train.distributed import pick_device
 
@@ -40,8 +42,9 @@ def generate(checkpoint_path: Path, prompt: str, *, max_new_tokens: int = 200, t
              top_k: int | None = 50, seed: int = 1234, device: str = "auto") -> dict:
     if max_new_tokens <= 0:
         raise UsageError("--max-new-tokens", f"must be positive, got {max_new_tokens}", "e.g. --max-new-tokens 200")
-    if temperature < 0:
-        raise UsageError("--temperature", f"must be >= 0, got {temperature}", "0 means greedy, 0.8 is typical")
+    if not 0 <= temperature < math.inf:
+        raise UsageError("--temperature", f"must be a finite number >= 0, got {temperature}", "0 means greedy, 0.8 is typical")
+    check_seed(seed, "--seed")
     if top_k is not None and top_k < 0:
         raise UsageError("--top-k", f"must be >= 0, got {top_k}", "0 turns the filter off, 50 is typical")
     ckpt = checkpoint.resolve(checkpoint_path)
@@ -49,6 +52,12 @@ def generate(checkpoint_path: Path, prompt: str, *, max_new_tokens: int = 200, t
     model, state = load_model(ckpt, dev)
     tokenizer = load_tokenizer(state, run_dir=ckpt.parent.parent)
     ids = tokenizer.encode(prompt) or [tokenizer.eod_id]
+    context = model.cfg.max_position_embeddings
+    if len(ids) + max_new_tokens > context:
+        room = context - len(ids)
+        raise UsageError("--max-new-tokens", f"{max_new_tokens} new tokens after a prompt of {len(ids)} exceed the "
+                         f"model's context of {context} tokens",
+                         f"use --max-new-tokens {room}" if room > 0 else "shorten the prompt")
     generator = torch.Generator(device=dev).manual_seed(seed)
     idx = torch.tensor([ids], dtype=torch.long, device=dev)
     out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k, generator=generator)

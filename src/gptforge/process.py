@@ -1,0 +1,51 @@
+"""Run a helper program with a deadline, and on the deadline kill it with everything it started."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+from dataclasses import dataclass
+
+from gptforge.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int  # -1 when it could not start or timed out
+    stdout: str
+    stderr: str  # the reason when it could not start or timed out
+    timed_out: bool = False
+
+
+def split_command(text: str, name: str) -> list[str]:
+    """A command held in an environment variable (``CXX="ccache g++"``) as argv: shell quoting, not blanks."""
+    fix = f"set {name} to a compiler command, e.g. {name}=g++, or unset it"
+    try:
+        argv = shlex.split(text)
+    except ValueError as err:
+        raise UsageError(name, f"{text!r} is not a command ({err})", fix) from None
+    if not argv:
+        raise UsageError(name, f"{text!r} names no command", fix)
+    return argv
+
+
+def run_bounded(args: list[str], timeout: float) -> Outcome:
+    """``args`` in a session of its own: a wrapper script's children (``gcc`` under a ``cc`` script) are killed
+    with it at the deadline instead of being left behind holding the pipes open."""
+    try:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, errors="replace", start_new_session=True)
+    except (OSError, ValueError) as err:
+        return Outcome(-1, "", str(err))
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        return Outcome(-1, "", f"timed out after {timeout:g} s (killed)", timed_out=True)
+    return Outcome(proc.returncode, out, err)
