@@ -82,7 +82,7 @@ def test_fp16_loss_scale_survives_a_checkpoint(tmp_path):
     second = engine()
     assert second.scaler.get_scale() != 1234.0
     # the file holds only what the engine writes (read_trainer_state would ask for the trainer's keys too)
-    second.load(tmp_path, checkpoint.load_file(tmp_path / checkpoint.TRAINER_FILE, weights_only=False))
+    second.load(tmp_path, checkpoint.load_file(tmp_path / checkpoint.TRAINER_FILE))
     assert second.scaler.get_scale() == 1234.0
 
 

@@ -113,6 +113,7 @@ def test_trainer_state_with_missing_or_mistyped_keys(run_dir, tmp_path, change, 
     state = torch.load(ckpt / "trainer.pt", weights_only=False)  # the test's own file, written by the fixture's run
     change(state)
     torch.save(state, ckpt / "trainer.pt")
+    checkpoint.write_checksums(ckpt)  # re-signed: the content check, not the checksum, must catch it
     with pytest.raises(GptforgeError) as err:
         checkpoint.read_trainer_state(ckpt)
     for needle in (f"{ckpt / 'trainer.pt'}: ", "damaged", *needles):
@@ -124,4 +125,5 @@ def test_trainer_state_that_is_not_a_dict(run_dir, cli, tmp_path):
     shutil.copytree(run_dir, copy)
     path = copy / "checkpoints" / "step_00000002" / "trainer.pt"
     torch.save([1, 2], path)
+    checkpoint.write_checksums(path.parent)
     one_line_error(cli("sample", "--checkpoint", str(copy), "--prompt", "x"), 1, "holds a list, not a dict")

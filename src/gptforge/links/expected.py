@@ -68,8 +68,8 @@ def expected_cuda(given: str | None, prefix: str, dry_run: bool = False) -> tupl
         if found:
             return found
     if dry_run:
-        raise UsageError("--cuda", f"cannot tell which CUDA {prefix} is for without running its python (no "
-                         "cuda-version record, version.json, bin/nvcc or runtime file), and a dry run runs nothing",
+        raise UsageError("--cuda", f"{prefix} has no cuda-version record, version.json, bin/nvcc or runtime file that "
+                         "tells its CUDA, and a dry run does not run the environment's python to ask torch",
                          "pass --cuda MAJOR.MINOR")
     return _torch_cuda(prefix)
 
