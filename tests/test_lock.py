@@ -9,9 +9,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from packaging.utils import canonicalize_name
 
 from gptforge.errors import GptforgeError
-from gptforge.lock import check, manifest, pixilock, store
+from gptforge.lock import check, manifest, pixilock, pypi, store
 from gptforge.lock.build import build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,3 +170,19 @@ def test_relocking_offline_refuses_an_extra_the_lock_cannot_satisfy(workspace):
     with pytest.raises(GptforgeError, match=r"misses 'uv>=0.9 ; extra == 'test'' \(required by gptforge\): not locked"):
         build(m, store.Store(workspace / "envs" / "records"))
     assert (workspace / "pixi.lock").read_bytes() == (ROOT / "pixi.lock").read_bytes()
+
+
+EXTRA = st.from_regex(r"[a-z][a-z0-9_.-]{0,8}[a-z0-9]", fullmatch=True)
+
+
+@given(extra=EXTRA, other=EXTRA, marker=st.sampled_from(["", "python_version >= '3.0'", "python_version < '3.0'",
+                                                         "sys_platform == 'linux' or os_name == 'nt'"]))
+def test_an_optional_dependency_applies_exactly_when_its_extra_is_asked_for(extra, other, marker):
+    assume(canonicalize_name(other) != canonicalize_name(extra))
+    entry = pypi.pyproject_requires_dist({"optional-dependencies": {extra: [f"pytest>=8 ; {marker}" if marker else "pytest>=8"]}})
+    markers = pypi.environment_markers("3.11.7")
+    assert len(entry) == 1
+    assert pypi.applies(entry[0], markers, {extra}) == (marker != "python_version < '3.0'")
+    assert pypi.applies(entry[0], markers, {extra.upper()}) == (marker != "python_version < '3.0'")
+    assert not pypi.applies(entry[0], markers, {other})
+    assert not pypi.applies(entry[0], markers)
