@@ -1,15 +1,20 @@
 """pixi.lock and envs/: parsed by rattler and conda-lock, rebuilt offline byte for byte, checked, and
-each of five mutations caught by `gptforge lock check` with a precise line."""
+each mutation caught by `gptforge lock check` with a precise line."""
 
 from __future__ import annotations
 
 import re
 import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from packaging.utils import canonicalize_name
 
-from gptforge.lock import check, manifest, pixilock, store
+from gptforge.errors import GptforgeError
+from gptforge.lock import check, manifest, pixilock, pypi, store
 from gptforge.lock.build import build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,11 +61,20 @@ def test_lock_check_passes():
 def test_conda_lock_parses_every_export():
     from conda_lock.lockfile import parse_conda_lock_file
 
+    m = manifest.load(ROOT / "pixi.toml")
     paths = sorted(ROOT.glob("envs/*/conda-lock.yml"))
-    assert len(paths) == 4
+    # `default` repeats cuda-13-0 (same features and solve-group): locked, but not exported twice
+    assert m.environments["default"].composition == m.environments["cuda-13-0"].composition
+    assert {p.parent.name for p in paths} == set(m.environments) - {"default"}
     for path in paths:
         parsed = parse_conda_lock_file(path)
         assert parsed.package and all(p.hash.sha256 for p in parsed.package)
+
+
+def _test_extra(root: Path, startswith: str) -> tuple[str, str]:
+    """pyproject's version and the `test` extra's requirement that starts with `startswith`."""
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    return project["version"], next(r for r in project["optional-dependencies"]["test"] if r.startswith(startswith))
 
 
 def _replace(path: Path, old: str, new: str) -> None:
@@ -107,9 +121,68 @@ def _mutate_nvcc(root):
     return "torch's CUDA 12.6 differs from nvcc 12.9"
 
 
+def _mutate_drop_extra_package(root):
+    lock = root / "pixi.lock"
+    ref = re.search(r"\n      - pypi: \S+/pytest-[^/\s]+\.whl", lock.read_text()).group(0)
+    _replace(lock, ref, "")
+    version, pytest_req = _test_extra(root, "pytest")
+    return f"gptforge {version} requires '{pytest_req} ; extra == 'test'' (not locked) [missing-dependency]"
+
+
+def _mutate_extra_in_pyproject(root):
+    _, pytest_req = _test_extra(root, "pytest")
+    _replace(root / "pyproject.toml", f'"{pytest_req}"', f'"{pytest_req}", "numpy>=1.26.1"')
+    return "gptforge's locked metadata lacks 'numpy>=1.26.1 ; extra == 'test'' (pyproject.toml has it)"
+
+
+def _mutate_unknown_extra(root):
+    _replace(root / "pixi.toml", 'extras = ["test"]', 'extras = ["tests"]')
+    return "pixi.toml asks for gptforge[tests], which pyproject.toml does not declare"
+
+
+def _mutate_duplicate_export(root):
+    shutil.copytree(root / "envs" / "cuda-13-0", root / "envs" / "default")
+    return "envs/default/ is not the export of any environment"
+
+
 @pytest.mark.parametrize("mutate", [_mutate_pin, _mutate_missing_dependency, _mutate_pypi_hash,
-                                    _mutate_other_cuda_build, _mutate_nvcc])
+                                    _mutate_other_cuda_build, _mutate_nvcc, _mutate_drop_extra_package,
+                                    _mutate_extra_in_pyproject, _mutate_unknown_extra, _mutate_duplicate_export])
 def test_lock_check_catches_a_mutation(workspace, mutate):
     expected = mutate(workspace)
     lines = [p.line() for p in _check(workspace)]
     assert any(expected in line for line in lines), lines
+
+
+def test_a_changed_extra_fails_the_check_until_relocked(workspace):
+    expected = _mutate_extra_in_pyproject(workspace)
+    assert any(expected in p.line() for p in _check(workspace))
+    m = manifest.load(workspace / "pixi.toml")
+    build(m, store.Store(workspace / "envs" / "records"))  # the locked numpy satisfies the new entry
+    assert "numpy>=1.26.1 ; extra == 'test'" in (workspace / "pixi.lock").read_text()
+    assert [p.line() for p in _check(workspace)] == []
+
+
+def test_relocking_offline_refuses_an_extra_the_lock_cannot_satisfy(workspace):
+    _, pytest_req = _test_extra(workspace, "pytest")
+    _replace(workspace / "pyproject.toml", f'"{pytest_req}"', f'"{pytest_req}", "uv>=0.9"')
+    m = manifest.load(workspace / "pixi.toml")
+    with pytest.raises(GptforgeError, match=r"misses 'uv>=0.9 ; extra == 'test'' \(required by gptforge\): not locked"):
+        build(m, store.Store(workspace / "envs" / "records"))
+    assert (workspace / "pixi.lock").read_bytes() == (ROOT / "pixi.lock").read_bytes()
+
+
+EXTRA = st.from_regex(r"[a-z][a-z0-9_.-]{0,8}[a-z0-9]", fullmatch=True)
+
+
+@given(extra=EXTRA, other=EXTRA, marker=st.sampled_from(["", "python_version >= '3.0'", "python_version < '3.0'",
+                                                         "sys_platform == 'linux' or os_name == 'nt'"]))
+def test_an_optional_dependency_applies_exactly_when_its_extra_is_asked_for(extra, other, marker):
+    assume(canonicalize_name(other) != canonicalize_name(extra))
+    entry = pypi.pyproject_requires_dist({"optional-dependencies": {extra: [f"pytest>=8 ; {marker}" if marker else "pytest>=8"]}})
+    markers = pypi.environment_markers("3.11.7")
+    assert len(entry) == 1
+    assert pypi.applies(entry[0], markers, {extra}) == (marker != "python_version < '3.0'")
+    assert pypi.applies(entry[0], markers, {extra.upper()}) == (marker != "python_version < '3.0'")
+    assert not pypi.applies(entry[0], markers, {other})
+    assert not pypi.applies(entry[0], markers)

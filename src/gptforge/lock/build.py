@@ -11,7 +11,7 @@ from packaging.utils import canonicalize_name
 
 from gptforge.errors import GptforgeError
 from gptforge.lock import exports, pixilock, pypi, solve
-from gptforge.lock.manifest import Environment, Manifest
+from gptforge.lock.manifest import Environment, Manifest, PypiSpec
 from gptforge.lock.store import Store, pypi_names
 
 
@@ -24,12 +24,25 @@ class EnvReport:
     pypi_source: str        # "resolved" (uv + registry) or "kept" (the committed lock still satisfies)
 
 
-def project_package(manifest: Manifest, location: str) -> pypi.PypiPackage:
-    """The editable project as pixi locks it: its pyproject metadata, no hash."""
-    project = tomllib.loads((manifest.root / "pyproject.toml").read_text())["project"]
-    requires = tuple(pypi.format_requirement(r) for r in project.get("dependencies", ()))
-    return pypi.PypiPackage(project["name"], project["version"], location, None, requires,
-                            project.get("requires-python"))
+def project_package(manifest: Manifest, spec: PypiSpec) -> pypi.PypiPackage:
+    """A path dependency (the project itself) as pixi locks it: its pyproject metadata with every
+    optional-dependencies group, no hash."""
+    project = pyproject(manifest, spec)
+    return pypi.PypiPackage(project["name"], project["version"], location(spec), None,
+                            pypi.pyproject_requires_dist(project), project.get("requires-python"))
+
+
+def pyproject(manifest: Manifest, spec: PypiSpec) -> dict:
+    path = manifest.root / spec.path / "pyproject.toml"
+    try:
+        return tomllib.loads(path.read_text())["project"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError) as err:
+        raise GptforgeError(f"{path}: cannot read its [project] table: {err}",
+                            f"fix the path of {spec.name} in pixi.toml or its pyproject.toml")
+
+
+def location(spec: PypiSpec) -> str:
+    return "./" if spec.path in (".", "./") else spec.path
 
 
 def conda_provided(records_json: list[str], store: Store) -> dict[str, str]:
@@ -44,38 +57,37 @@ def conda_provided(records_json: list[str], store: Store) -> dict[str, str]:
 
 def resolve_pypi(manifest: Manifest, env: Environment, python: str, provided: dict[str, str],
                  wheel_dir: Path | None) -> list[pypi.PypiPackage]:
-    project = next((s for s in env.pypi.values() if s.path), None)
-    own = project_package(manifest, _location(project.path)) if project else None
-    roots = [s.requirement for s in env.pypi.values() if not s.path] + list(own.requires_dist if own else ())
+    """uv pins the versions (the project given to it with its extras, as pixi does); the walk from the
+    manifest's specs then takes each pinned package's file and metadata from its index."""
+    project = _project_spec(env)
     local = {canonicalize_name(s.name): _local_wheel(s, wheel_dir, python) for s in env.pypi.values() if s.index}
-    uv_roots = [r for r in roots if canonicalize_name(r.split("=")[0].split(">")[0].split("<")[0]) not in local]
-    uv_roots += [f"{n} @ {Path(p.location).as_uri()}" for n, p in ((n, w[1]) for n, w in local.items())]
+    uv_roots = [s.requirement for s in env.pypi.values() if not s.path and not s.index]
+    uv_roots += [f"{n} @ {Path(w[1].location).as_uri()}" for n, w in local.items()]
+    if project:
+        uv_roots.append(f"{project.requirement} @ {(manifest.root / project.path).resolve().as_uri()}")
     pins = pypi.uv_compile(uv_roots, [f"{n}=={v}" for n, v in provided.items()], python)
-    markers = pypi.environment_markers(python)
     tags = pypi.python_tags(python, glibc(env))
-    packages, todo, seen = {}, [(r, set()) for r in roots], set()
-    while todo:
-        text, _ = todo.pop()
-        req = pypi.Requirement(text)
-        name = canonicalize_name(req.name)
-        if not pypi.applies(text, markers) or name in provided or (name, frozenset(req.extras)) in seen:
-            continue
-        seen.add((name, frozenset(req.extras)))
+    packages = {canonicalize_name(project.name): project_package(manifest, project)} if project else {}
+
+    def requires_of(name: str) -> tuple[str, ...] | None:
+        if name in provided:
+            return None
         if name not in packages:
             packages[name] = local[name][0] if name in local else pypi.registry_package(
                 manifest.indexes[0], name, pins[name], tags)
-        extras = set(req.extras)
-        todo += [(r, extras) for r in packages[name].requires_dist if pypi.applies(r, markers, extras or {""})]
-    found = sorted(packages.values(), key=lambda p: p.name)
-    return found + ([own] if own else [])
+        return packages[name].requires_dist
+
+    for _ in pypi.closure([s.requirement for s in env.pypi.values()], pypi.environment_markers(python), requires_of):
+        pass
+    return sorted(packages.values(), key=lambda p: p.name)
+
+
+def _project_spec(env: Environment) -> PypiSpec | None:
+    return next((s for s in env.pypi.values() if s.path), None)
 
 
 def glibc(env: Environment) -> str:
     return next(v.split("=")[1] for v in env.platform.virtual_packages() if v.startswith("__glibc="))
-
-
-def _location(path: str) -> str:
-    return "./" if path in (".", "./") else path
 
 
 def _local_wheel(spec, wheel_dir: Path | None, python: str):
@@ -102,6 +114,30 @@ def locked_pypi(lock: dict | None, env_name: str) -> list[pypi.PypiPackage] | No
             for p in (by_location[loc] for loc in locations)]
 
 
+def keep_pypi(manifest: Manifest, env: Environment, locked: list[pypi.PypiPackage] | None, python: str,
+              provided: dict[str, str]) -> list[pypi.PypiPackage] | None:
+    """The committed PyPI part with the project's metadata read afresh from pyproject.toml (as pixi
+    reads a path dependency's), as long as it still satisfies the manifest; else a one-line error."""
+    if locked is None:
+        return None
+    project = _project_spec(env)
+    own = project_package(manifest, project) if project else None
+    kept = [own if own and p.location == own.location else p for p in locked]
+    by_name = {canonicalize_name(p.name): p for p in kept}
+    versions = {**provided, **{n: p.version for n, p in by_name.items()}}
+
+    def requires_of(name: str) -> tuple[str, ...] | None:
+        return by_name[name].requires_dist if name in by_name else None
+
+    roots = [s.requirement for s in env.pypi.values()]
+    for text, parent in pypi.closure(roots, pypi.environment_markers(python), requires_of):
+        if why := pypi.unsatisfied(text, versions):
+            raise GptforgeError(f"environment {env.name}: the locked PyPI part misses '{text}'"
+                                f"{f' (required by {parent})' if parent else ''}: {why}",
+                                "re-resolve it: pixi run lock --offline --refresh-pypi")
+    return kept
+
+
 def build(manifest: Manifest, store: Store, *, refresh_pypi: bool = False, wheel_dir: Path | None = None,
           out_root: Path | None = None) -> list[EnvReport]:
     """Write pixi.lock and envs/<env>/* under out_root (default: beside the manifest)."""
@@ -112,9 +148,9 @@ def build(manifest: Manifest, store: Store, *, refresh_pypi: bool = False, wheel
         conda = solve.solve(store, env)
         records = [r.to_json() for r in conda.records]
         python = next(json.loads(r)["version"] for r in records if json.loads(r)["name"] == "python")
-        kept = None if refresh_pypi else locked_pypi(previous, env.name)
-        packages = kept if kept is not None else resolve_pypi(
-            manifest, env, python, conda_provided(records, store), wheel_dir)
+        provided = conda_provided(records, store)
+        kept = None if refresh_pypi else keep_pypi(manifest, env, locked_pypi(previous, env.name), python, provided)
+        packages = kept if kept is not None else resolve_pypi(manifest, env, python, provided, wheel_dir)
         solved[env.name] = (records, packages)
         reports.append(EnvReport(env.name, len(records), len(packages), conda.seconds,
                                  "kept" if kept is not None else "resolved"))

@@ -12,11 +12,10 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name, parse_wheel_filename
-from packaging.version import Version
 
 from gptforge.lock import exports, pixilock, pypi
-from gptforge.lock.build import conda_provided, glibc, project_package
-from gptforge.lock.manifest import Environment, Manifest
+from gptforge.lock.build import conda_provided, glibc, location, project_package, pyproject
+from gptforge.lock.manifest import Environment, Manifest, PypiSpec
 from gptforge.lock.store import Store
 
 CUDA_LIBS = {"cudnn": ("cudnn", "nvidia-cudnn-cu12", "nvidia-cudnn-cu13"),
@@ -111,52 +110,70 @@ def pypi_problems(manifest: Manifest, env: Environment, lock: dict, store: Store
                   for c in conda]
     provided = conda_provided(conda_json, store)
     python = next(exports.conda_name_version(c)[1] for c in conda if exports.conda_name_version(c)[0] == "python")
-    markers = pypi.environment_markers(python)
-    versions = {canonicalize_name(p["name"]): str(p["version"]) for p in locked}
     if locked and lock["environments"][env.name].get("indexes") != list(manifest.indexes):
         out.append(Problem(env.name, "indexes", "PyPI indexes differ from the manifest's"))
-
-    def satisfied(text: str) -> str | None:
-        req = Requirement(text)
-        name = canonicalize_name(req.name)
-        have = versions.get(name) or provided.get(name)
-        if have is None:
-            return "not locked"
-        return None if req.specifier.contains(Version(have), prereleases=True) else f"locked {have}"
-
-    roots = [s.requirement for s in env.pypi.values() if not s.path]
-    project = next((s for s in env.pypi.values() if s.path), None)
-    for text in roots:
-        if why := satisfied(text):
-            out.append(Problem(env.name, "spec-unsatisfied", f"manifest PyPI spec '{text}' is not satisfied ({why})"))
-    tags = set(pypi.python_tags(python, glibc(env)))
     by_name = {canonicalize_name(p["name"]): p for p in locked}
+    out += _closure_problems(env, by_name, provided, python)
+    out += _file_problems(env, locked, python)
+    project = next((s for s in env.pypi.values() if s.path), None)
+    if project:
+        out += editable_problems(manifest, env, project, next((p for p in locked if p["pypi"] == location(project)), None))
+    return out
+
+
+def _closure_problems(env: Environment, by_name: dict, provided: dict[str, str], python: str) -> list[Problem]:
+    """pixi's walk from the manifest's PyPI specs (with their extras) through the locked requires_dist:
+    every requirement met inside the lock, and every locked package reached by it."""
+    out, reach = [], set()
+    versions = {**provided, **{n: str(p["version"]) for n, p in by_name.items()}}
+
+    def requires_of(name: str) -> tuple[str, ...] | None:
+        return tuple(by_name[name].get("requires_dist", ())) if name in by_name else None
+
+    roots = [s.requirement for s in env.pypi.values()]
+    for text, parent in pypi.closure(roots, pypi.environment_markers(python), requires_of):
+        reach.add(canonicalize_name(Requirement(text).name))
+        if (why := pypi.unsatisfied(text, versions)) and parent is None:
+            out.append(Problem(env.name, "spec-unsatisfied", f"manifest PyPI spec '{text}' is not satisfied ({why})"))
+        elif why:
+            p = by_name[canonicalize_name(parent)]
+            out.append(Problem(env.name, "missing-dependency", f"{p['name']} {p['version']} requires '{text}' ({why})"))
+    out += [Problem(env.name, "too-many-pypi", f"{n} is locked but nothing in the manifest needs it")
+            for n in sorted(set(by_name) - reach)]
+    return out
+
+
+def _file_problems(env: Environment, locked: list[dict], python: str) -> list[Problem]:
+    out, tags = [], set(pypi.python_tags(python, glibc(env)))
     for p in locked:
-        for text in p.get("requires_dist", []):
-            if pypi.applies(text, markers) and (why := satisfied(text)):
-                out.append(Problem(env.name, "missing-dependency", f"{p['name']} {p['version']} requires '{text}' ({why})"))
         if p.get("requires_python") and not SpecifierSet(p["requires_python"]).contains(python):
             out.append(Problem(env.name, "requires-python", f"{p['name']} requires Python {p['requires_python']}, locked {python}"))
         filename = p["pypi"].rsplit("/", 1)[-1].replace("%2B", "+")
         if filename.endswith(".whl") and not set(parse_wheel_filename(filename)[3]) & tags:
             out.append(Problem(env.name, "wheel-tags", f"{filename} does not install on glibc {glibc(env)} / Python {python}"))
-    if project:
-        want = project_package(manifest, p_loc := ("./" if project.path in (".", "./") else project.path))
-        have = next((p for p in locked if p["pypi"] == p_loc), None)
-        if have is None or (tuple(have.get("requires_dist", ())), have.get("requires_python"), str(have["version"])) != \
-                (want.requires_dist, want.requires_python, want.version):
-            out.append(Problem(env.name, "editable-metadata", f"{project.name}'s locked metadata differs from pyproject.toml"))
-    reach, todo = set(), [(t, set()) for t in roots + list(project_package(manifest, "./").requires_dist if project else [])]
-    while todo:
-        text, extras = todo.pop()
-        name = canonicalize_name(Requirement(text).name)
-        if not pypi.applies(text, markers, extras or {""}) or name in reach or name not in by_name:
-            continue
-        reach.add(name)
-        ex = set(Requirement(text).extras)
-        todo += [(t, ex) for t in by_name[name].get("requires_dist", [])]
-    extra = sorted(set(by_name) - reach - ({canonicalize_name(project.name)} if project else set()))
-    out += [Problem(env.name, "too-many-pypi", f"{n} is locked but nothing in the manifest needs it") for n in extra]
+    return out
+
+
+def editable_problems(manifest: Manifest, env: Environment, spec: PypiSpec, have: dict | None) -> list[Problem]:
+    """The path dependency's locked metadata against its pyproject.toml, as pixi compares them: the
+    requires_dist as sets (every optional-dependencies group included), version, requires_python;
+    and every extra the manifest asks for declared there."""
+    want = project_package(manifest, spec)
+    if have is None:
+        return [Problem(env.name, "editable-metadata", f"{spec.name} ({want.location}) is not locked")]
+    where = f"{spec.name}'s locked metadata"
+    locked = {pypi.format_requirement(r) for r in have.get("requires_dist", ())}
+    out = [Problem(env.name, "editable-metadata", f"{where} lacks '{r}' (pyproject.toml has it)")
+           for r in want.requires_dist if r not in locked]
+    out += [Problem(env.name, "editable-metadata", f"{where} has '{r}', which pyproject.toml does not")
+            for r in sorted(locked - set(want.requires_dist))]
+    for field, wanted, got in (("version", want.version, str(have["version"])),
+                               ("requires_python", want.requires_python, have.get("requires_python"))):
+        if wanted != got:
+            out.append(Problem(env.name, "editable-metadata", f"{where} has {field} {got}, pyproject.toml {wanted}"))
+    declared = {canonicalize_name(e) for e in pyproject(manifest, spec).get("optional-dependencies", {})}
+    out += [Problem(env.name, "unknown-extra", f"pixi.toml asks for {spec.name}[{e}], which pyproject.toml does not declare")
+            for e in spec.extras if canonicalize_name(e) not in declared]
     return out
 
 
@@ -204,6 +221,10 @@ def export_problems(manifest: Manifest, lock: dict, root: Path) -> list[Problem]
         path = root / rel
         if not path.is_file() or path.read_text() != text:
             out.append(Problem(rel.split("/")[1], "export-stale", f"{rel} differs from pixi.lock (run: pixi run lock)"))
+    exported = {e.name for e in manifest.exported()}
+    for extra in sorted(p for p in (root / "envs").glob("*/conda-lock.yml") if p.parent.name not in exported):
+        out.append(Problem(extra.parent.name, "export-extra", f"envs/{extra.parent.name}/ is not the export of any "
+                                                              "environment (delete it; the lock builder deletes nothing)"))
     return out
 
 

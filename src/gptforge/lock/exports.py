@@ -108,9 +108,9 @@ def virtual_packages_yml(env: Environment) -> str:
 
 
 def render_all(manifest: Manifest, lock: dict) -> dict[str, str]:
-    """Relative path -> text of every export."""
+    """Relative path -> text of every export (one directory per exported environment)."""
     out = {}
-    for env in manifest.environments.values():
+    for env in manifest.exported():
         base = f"envs/{env.name}"
         out[f"{base}/conda-lock.yml"] = conda_lock(manifest, env, lock)
         out[f"{base}/requirements.txt"] = requirements(manifest, env, lock)

@@ -31,10 +31,12 @@ class PypiSpec:
     index: str | None = None      # a per-package index (pixi's `index = ...`)
     path: str | None = None       # a local source (the project itself)
     editable: bool = False
+    extras: tuple[str, ...] = ()  # pixi's `extras = [...]`: optional-dependencies groups asked for
 
     @property
     def requirement(self) -> str:
-        return f"{self.name}{self.version}"
+        extras = f"[{','.join(self.extras)}]" if self.extras else ""
+        return f"{self.name}{extras}{self.version}"
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,13 @@ class Environment:
     conda: dict[str, str]              # name -> match spec version part, as in the manifest
     pypi: dict[str, PypiSpec]
     solve_group: str | None = None
+    features: tuple[str, ...] = ()
+    no_default_feature: bool = False
+
+    @property
+    def composition(self) -> tuple:
+        """What makes the environment: two environments with the same composition solve the same."""
+        return self.features, self.no_default_feature, self.solve_group
 
     def conda_specs(self) -> list[str]:
         return [f"{name} {_conda_version(spec)}".strip() for name, spec in self.conda.items()]
@@ -61,6 +70,14 @@ class Manifest:
     @property
     def root(self) -> Path:
         return self.path.parent
+
+    def exported(self) -> list[Environment]:
+        """The environments that get envs/<name>/: one per composition (features, solve-group), so a
+        `default` that repeats a named environment is left out (pixi.lock keeps it, as pixi does)."""
+        first = {}
+        for env in sorted(self.environments.values(), key=lambda e: e.name == "default"):
+            first.setdefault(env.composition, env.name)
+        return [e for e in self.environments.values() if first[e.composition] == e.name]
 
 
 def channel_url(channel: str) -> str:
@@ -82,7 +99,8 @@ def _conda_version(spec) -> str:
 def _pypi_spec(name: str, spec) -> PypiSpec:
     if isinstance(spec, str):
         return PypiSpec(name, "" if spec == "*" else spec)
-    return PypiSpec(name, spec.get("version", ""), spec.get("index"), spec.get("path"), bool(spec.get("editable")))
+    return PypiSpec(name, spec.get("version", ""), spec.get("index"), spec.get("path"), bool(spec.get("editable")),
+                    tuple(spec.get("extras", ())))
 
 
 def _platforms(entries: list) -> dict[str, Platform]:
@@ -114,7 +132,8 @@ def load(path: Path) -> Manifest:
                                 "the offline builder locks one platform per environment")
         conda = {k: v for part in parts for k, v in part.get("dependencies", {}).items()}
         pypi = {k: _pypi_spec(k, v) for part in parts for k, v in part.get("pypi-dependencies", {}).items()}
-        envs[env_name] = Environment(env_name, platforms[env_platforms[0]], conda, pypi, entry.get("solve-group"))
+        envs[env_name] = Environment(env_name, platforms[env_platforms[0]], conda, pypi, entry.get("solve-group"),
+                                     tuple(entry["features"]), bool(entry.get("no-default-feature")))
     options = doc.get("pypi-options", {})
     indexes = tuple([options.get("index-url", DEFAULT_INDEX)] + options.get("extra-index-urls", []))
     return Manifest(Path(path), tuple(channel_url(c) for c in workspace.get("channels", [])), platforms, envs,

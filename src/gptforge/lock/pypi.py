@@ -13,6 +13,7 @@ import tempfile
 import urllib.parse
 import urllib.request
 import zipfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,23 @@ def format_requirement(text: str) -> str:
     return out + (f" ; {str(req.marker).replace(chr(34), chr(39))}" if req.marker else "")
 
 
+def with_extra_marker(text: str, extra: str) -> str:
+    """An optional dependency as it enters requires_dist: its marker and-ed with `extra == 'group'`."""
+    req = Requirement(text)
+    marker = f"extra == '{canonicalize_name(extra)}'"
+    req.marker = Marker(f"({req.marker}) and {marker}" if req.marker else marker)
+    return str(req)
+
+
+def pyproject_requires_dist(project: dict) -> tuple[str, ...]:
+    """requires_dist of a pyproject.toml [project] table as uv reads it statically (and pixi locks it):
+    the dependencies, then each optional-dependencies group's entries in declaration order."""
+    out = [format_requirement(r) for r in project.get("dependencies", ())]
+    for extra, requirements in project.get("optional-dependencies", {}).items():
+        out += [format_requirement(with_extra_marker(r, extra)) for r in requirements]
+    return tuple(out)
+
+
 def python_tags(python: str, glibc: str = "2.28") -> list[Tag]:
     """Wheel tags of CPython `python` (3.12) on x86_64 Linux with this glibc, best first."""
     major, minor = (int(x) for x in python.split(".")[:2])
@@ -75,6 +93,32 @@ def applies(requirement: str, markers: dict[str, str], extras: set[str] = frozen
     if req.marker is None:
         return True
     return any(req.marker.evaluate({**markers, "extra": e}) for e in (extras or {""}))
+
+
+def closure(roots: list[str], markers: dict[str, str],
+            requires_of: Callable[[str], tuple[str, ...] | None]) -> Iterator[tuple[str, str | None]]:
+    """pixi's walk: the roots, then the requires_dist of each package reached (requires_of, by
+    canonical name; None where PyPI does not give it), markers evaluated with the extras that package
+    was asked for. Yields (requirement, the package requiring it or None for a root), each once."""
+    todo, seen = [(r, None, frozenset()) for r in reversed(roots)], set()
+    while todo:
+        text, parent, extras = todo.pop()
+        if text in seen or not applies(text, markers, extras):
+            continue
+        seen.add(text)
+        yield text, parent
+        req = Requirement(text)
+        requires = requires_of(canonicalize_name(req.name))
+        todo += [(r, req.name, frozenset(req.extras)) for r in reversed(requires or ())]
+
+
+def unsatisfied(text: str, versions: dict[str, str]) -> str | None:
+    """Why `versions` (canonical name -> locked version) does not satisfy a requirement, or None."""
+    req = Requirement(text)
+    have = versions.get(canonicalize_name(req.name))
+    if have is None:
+        return "not locked"
+    return None if req.specifier.contains(have, prereleases=True) else f"locked {have}"
 
 
 # --- the registry ------------------------------------------------------------------------------
