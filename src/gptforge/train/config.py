@@ -63,10 +63,16 @@ class TrainConfig:
     precision: str = "auto"  # auto: bf16 on GPUs that have it, else fp16 + loss scaling; fp32 on CPU
     tf32: bool = True
     compile: bool = False
+    compile_mode: str = "default"  # default | max-autotune-no-cudagraphs | reduce-overhead | max-autotune
+    attention_backend: str = "auto"  # auto | flash | cudnn | efficient | math (pins SDPA's kernel)
+    fused_loss: bool = False  # output layer + cross-entropy in chunks, no full logits tensor
+    loss_chunk_tokens: int = 8192
+    fused_adamw: bool = True  # torch AdamW's fused CUDA kernel (foreach when false or on CPU)
     apex_fused_adam: bool = False
     apex_layernorm: bool = False
     transformer_engine: bool = False
     fp8: bool = False
+    fp8_recipe: str = "delayed"  # delayed | current (TransformerEngine scaling recipe)
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(
@@ -229,6 +235,7 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
         raise UsageError("dropout", f"{cfg.dropout} is outside [0, 1)", "e.g. 0.0")
     validate_split(cfg.split)
     validate_data_path(cfg.data_path)
+    validate_speed_keys(cfg)
     if cfg.tokenizer_type not in TOKENIZERS:
         raise UsageError("tokenizer-type", f"{cfg.tokenizer_type!r} is not one of {', '.join(TOKENIZERS)}",
                          "the tokenizer the data was prepared with, e.g. tokenizer-type=gpt2")
@@ -257,3 +264,20 @@ def validate_split(split: str) -> None:
         raise UsageError("split", f"{split!r} is not comma-separated numbers", "e.g. split=949,50,1") from None
     if len(numbers) > 3 or any(n < 0 for n in numbers) or sum(numbers) <= 0:
         raise UsageError("split", f"{split!r} needs up to three non-negative weights", "e.g. split=949,50,1")
+
+
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
+FP8_RECIPES = ("delayed", "current")
+
+
+def validate_speed_keys(cfg: TrainConfig) -> None:
+    """The throughput levers: each names one of a fixed set of choices."""
+    from gptforge.model.layers import ATTENTION_BACKENDS
+
+    choices = {"compile-mode": COMPILE_MODES, "attention-backend": tuple(ATTENTION_BACKENDS), "fp8-recipe": FP8_RECIPES}
+    for key, allowed in choices.items():
+        value = getattr(cfg, attr_name(key))
+        if value not in allowed:
+            raise UsageError(key, f"{value!r} is not one of {', '.join(allowed)}", f"e.g. {key}={allowed[0]}")
+    if cfg.loss_chunk_tokens <= 0:
+        raise UsageError("loss-chunk-tokens", f"must be positive, got {cfg.loss_chunk_tokens}", "e.g. loss-chunk-tokens=8192")
