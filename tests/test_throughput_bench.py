@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "throughput.py"
-NANOGPT = Path(os.environ.get("GPTFORGE_NANOGPT_DIR", ROOT / "third_party" / "nanoGPT"))
+NANOGPT = Path(os.environ.get("GPTFORGE_NANOGPT_DIR", ROOT / "third_party" / "nanogpt"))
 sys.path.insert(0, str(SCRIPT.parent))
 import throughput  # noqa: E402
 
@@ -81,6 +81,7 @@ def test_min_ratio_without_a_nanogpt_figure_fails(tmp_path):
 
 @pytest.mark.skipif(not (NANOGPT / "bench.py").is_file(), reason="no nanoGPT checkout (set GPTFORGE_NANOGPT_DIR)")
 def test_nanogpt_bench_runs_unmodified_at_our_shape_and_min_ratio_decides(tmp_path):
+    before = {p.name: p.read_bytes() for p in NANOGPT.iterdir() if p.is_file()}
     proc = bench(*DRY, "--levers", "none", "--nanogpt", str(NANOGPT), "--min-ratio", "1000", out=tmp_path)
     row = json.loads((tmp_path / "throughput.json").read_text())["comparison"][0]
     theirs = row["nanogpt"]
@@ -89,4 +90,4 @@ def test_nanogpt_bench_runs_unmodified_at_our_shape_and_min_ratio_decides(tmp_pa
     assert "--block_size=64" in theirs["command"] and "--batch_size=2" in theirs["command"]
     assert row["ratio"] == pytest.approx(row["gptforge"]["tokens_per_s"] / theirs["tokens_per_s"])
     assert proc.returncode == 1 and "below --min-ratio 1000" in proc.stdout
-    assert subprocess.run(["git", "-C", str(NANOGPT), "status", "--porcelain"], capture_output=True, text=True).stdout == ""
+    assert {p.name: p.read_bytes() for p in NANOGPT.iterdir() if p.is_file()} == before  # nothing written there
