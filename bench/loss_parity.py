@@ -9,8 +9,8 @@ for A against a second run of A: the run-to-run noise floor (GPU kernels with at
 bit-reproducible), against which the A/B difference is to be read. --max-diff exits 1 when the A/B max
 difference is above it. JSON: $GPTFORGE_BENCH_OUT/loss_parity.json (or ./loss_parity.json).
 
-    PYTHONPATH=src python bench/loss_parity.py --steps 500 --repeat-a
-    PYTHONPATH=src python bench/loss_parity.py --b transformer-engine=true,fp8=true --steps 500
+    PYTHONPATH=src python3 bench/loss_parity.py --steps 500 --repeat-a
+    PYTHONPATH=src python3 bench/loss_parity.py --b transformer-engine=true,fp8=true --steps 500
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ measuring. Each measurement runs in its own process (a crash or out-of-memory th
 fatal); all of it stops at --budget-s, skipping what is left. JSON goes to
 $GPTFORGE_BENCH_OUT/throughput.json (or ./throughput.json), rewritten after every row.
 
-    PYTHONPATH=src python bench/throughput.py --nanogpt third_party/nanoGPT --min-ratio 1.0
-    PYTHONPATH=src python bench/throughput.py --nanogpt DIR --levers fused-loss,cudnn-attention --set fused-loss=true
+    PYTHONPATH=src python3 bench/throughput.py --nanogpt third_party/nanoGPT --min-ratio 1.0
+    PYTHONPATH=src python3 bench/throughput.py --nanogpt DIR --levers fused-loss,cudnn-attention --set fused-loss=true
 """
 
 from __future__ import annotations

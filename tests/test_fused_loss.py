@@ -131,3 +131,27 @@ def test_fused_loss_under_inductor_matches_eager():
     assert breaks == 0
     assert loss == pytest.approx(eager, rel=1e-5)
     torch.testing.assert_close(grad, eager_grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_on_gpu_compiled_fused_loss_matches_the_compiled_reference_in_bf16():
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    cfg = ModelConfig(num_layers=2, hidden_size=256, num_attention_heads=4, max_position_embeddings=256, vocab_size=50257)
+    torch.manual_seed(0)
+    ref = GPT(cfg).cuda()
+    fused = GPT(cfg, LayerBackend(loss_chunk=2048)).cuda()
+    fused.load_state_dict(ref.state_dict())
+    x = torch.randint(0, cfg.vocab_size, (8, 256), device="cuda")
+    y = torch.randint(0, cfg.vocab_size, (8, 256), device="cuda")
+    results = []
+    for model in (ref, fused):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            _, loss = torch.compile(model)(x, y)
+        loss.backward()
+        results.append((loss.item(), {n: p.grad for n, p in model.named_parameters()}))
+    (loss_r, grads_r), (loss_f, grads_f) = results
+    assert loss_f == pytest.approx(loss_r, rel=1e-3)
+    for name, g in grads_r.items():
+        err = (grads_f[name] - g).abs().max() / g.abs().max().clamp_min(1e-12)
+        assert err < 2e-2, f"{name}: max error {err:.3g} of its scale"
