@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from gptforge.model.config import ModelConfig
-from gptforge.model.layers import LayerBackend, make_layer_norm, make_linear
+from gptforge.model.layers import LayerBackend, attention_kernel, make_layer_norm, make_linear
+from gptforge.model.loss import linear_cross_entropy
 
 INIT_STD = 0.02
 
@@ -19,6 +20,7 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.heads = cfg.num_attention_heads
         self.dropout = cfg.dropout
+        self.kernel = backend.attention
         self.qkv = make_linear(backend, cfg.hidden_size, 3 * cfg.hidden_size)
         self.proj = make_linear(backend, cfg.hidden_size, cfg.hidden_size)
         self.proj.residual_out = True
@@ -28,9 +30,10 @@ class CausalSelfAttention(nn.Module):
         batch, seq, width = x.shape
         q, k, v = self.qkv(x).split(width, dim=2)
         q, k, v = (t.view(batch, seq, self.heads, width // self.heads).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
-        )
+        with attention_kernel(self.kernel):
+            y = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+            )
         y = y.transpose(1, 2).contiguous().view(batch, seq, width)
         return self.resid_dropout(self.proj(y))
 
@@ -65,6 +68,7 @@ class GPT(nn.Module):
         super().__init__()
         backend = backend or LayerBackend()
         self.cfg = cfg
+        self.loss_chunk = backend.loss_chunk
         self.wte = nn.Embedding(cfg.padded_vocab_size, cfg.hidden_size)
         self.wpe = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
         self.drop = nn.Dropout(cfg.dropout)
@@ -92,9 +96,14 @@ class GPT(nn.Module):
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:
             x = block(x)
+        x = self.ln_f(x)
+        if targets is not None and self.loss_chunk:
+            # logits are never formed whole: the caller gets the loss only
+            return None, linear_cross_entropy(x.reshape(-1, x.size(-1)), self.lm_head.weight, targets.reshape(-1),
+                                              self.cfg.vocab_size, self.loss_chunk)
         # The padded rows make the matmul tensor-core friendly; they stand for no token, so their logits
         # are cut before the loss's softmax and before sampling.
-        logits = self.lm_head(self.ln_f(x))[..., : self.cfg.vocab_size]
+        logits = self.lm_head(x)[..., : self.cfg.vocab_size]
         if targets is None:
             return logits, None
         loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))

@@ -6,10 +6,21 @@ A request for an accelerator that is not importable falls back to torch and says
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from dataclasses import dataclass, field
 
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# attention-backend key -> the SDPA kernel it pins (auto: PyTorch's own choice, flash on Hopper at bf16)
+ATTENTION_BACKENDS = {
+    "auto": None,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
 
 
 def importable(module: str) -> bool:
@@ -24,11 +35,18 @@ def importable(module: str) -> bool:
 class LayerBackend:
     layer_norm: str = "torch"  # torch | apex | te
     linear: str = "torch"  # torch | te
+    attention: str = "auto"  # a key of ATTENTION_BACKENDS
+    loss_chunk: int = 0  # tokens per chunk of the fused output layer + cross-entropy; 0: full logits
     notes: list[str] = field(default_factory=list)
 
 
-def resolve_backend(apex_layernorm: bool = False, transformer_engine: bool = False) -> LayerBackend:
-    backend = LayerBackend()
+def resolve_backend(apex_layernorm: bool = False, transformer_engine: bool = False, attention: str = "auto",
+                    loss_chunk: int = 0) -> LayerBackend:
+    backend = LayerBackend(attention=attention, loss_chunk=loss_chunk)
+    if attention != "auto":
+        backend.notes.append(f"attention: SDPA pinned to the {attention} kernel")
+    if loss_chunk:
+        backend.notes.append(f"loss: fused output layer + cross-entropy, {loss_chunk} tokens per chunk (no full logits)")
     if transformer_engine:
         if importable("transformer_engine.pytorch"):
             backend.layer_norm = backend.linear = "te"
@@ -62,3 +80,9 @@ def make_linear(backend: LayerBackend, in_features: int, out_features: int) -> n
 
         return te.Linear(in_features, out_features, bias=True)
     return nn.Linear(in_features, out_features, bias=True)
+
+
+def attention_kernel(name: str):
+    """The context that pins SDPA to one kernel (it raises there if that kernel cannot take the call)."""
+    backend = ATTENTION_BACKENDS[name]
+    return contextlib.nullcontext() if backend is None else sdpa_kernel([backend])

@@ -73,10 +73,16 @@ class TrainConfig:
     precision: str = _key("auto", "auto (bf16 on GPUs that have it, else fp16 + loss scaling; fp32 on CPU), bf16, fp16, fp32")
     tf32: bool = _key(True, "TF32 matmuls on GPUs that have them")
     compile: bool = _key(False, "torch.compile the model")
+    compile_mode: str = _key("default", "torch.compile mode: default, max-autotune-no-cudagraphs, reduce-overhead, max-autotune")
+    attention_backend: str = _key("auto", "pin SDPA's kernel: auto, flash, cudnn, efficient, math")
+    fused_loss: bool = _key(False, "output layer + cross-entropy in chunks, never the full logits tensor")
+    loss_chunk_tokens: int = _key(8192, "tokens per chunk of the fused loss")
+    fused_adamw: bool = _key(True, "torch AdamW's fused CUDA kernel (foreach when false or on CPU)")
     apex_fused_adam: bool = _key(False, "apex FusedAdam (when apex is installed)")
     apex_layernorm: bool = _key(False, "apex FusedLayerNorm (when apex is installed)")
     transformer_engine: bool = _key(False, "TransformerEngine layers (when installed)")
     fp8: bool = _key(False, "FP8 matmuls through TransformerEngine (sm_89 and newer)")
+    fp8_recipe: str = _key("delayed", "TransformerEngine FP8 scaling recipe: delayed, current")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(
@@ -284,6 +290,7 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
         raise UsageError("dropout", f"{cfg.dropout} is outside [0, 1)", "e.g. 0.0")
     validate_split(cfg.split)
     validate_data_path(cfg.data_path)
+    validate_speed_keys(cfg)
     if cfg.tokenizer_type not in TOKENIZERS:
         raise UsageError("tokenizer-type", f"{cfg.tokenizer_type!r} is not one of {', '.join(TOKENIZERS)}",
                          "the tokenizer the data was prepared with, e.g. tokenizer-type=gpt2")
@@ -330,3 +337,20 @@ def validate_split(split: str) -> None:
     for name, weight in (("training", train), ("validation", valid)):
         if weight <= 0:
             raise UsageError("split", f"{split!r} leaves no {name} documents", "give it a share, e.g. split=949,50,1")
+
+
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
+FP8_RECIPES = ("delayed", "current")
+
+
+def validate_speed_keys(cfg: TrainConfig) -> None:
+    """The throughput levers: each names one of a fixed set of choices."""
+    from gptforge.model.layers import ATTENTION_BACKENDS
+
+    choices = {"compile-mode": COMPILE_MODES, "attention-backend": tuple(ATTENTION_BACKENDS), "fp8-recipe": FP8_RECIPES}
+    for key, allowed in choices.items():
+        value = getattr(cfg, attr_name(key))
+        if value not in allowed:
+            raise UsageError(key, f"{value!r} is not one of {', '.join(allowed)}", f"e.g. {key}={allowed[0]}")
+    if cfg.loss_chunk_tokens <= 0:
+        raise UsageError("loss-chunk-tokens", f"must be positive, got {cfg.loss_chunk_tokens}", "e.g. loss-chunk-tokens=8192")

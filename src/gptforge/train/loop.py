@@ -68,11 +68,9 @@ def fp8_context(cfg: TrainConfig, backend: LayerBackend, device: torch.device):
         return contextlib.nullcontext, "FP8 asked for but TransformerEngine layers are off: bf16/fp16 matmuls"
     if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
         return contextlib.nullcontext, "FP8 asked for but needs an sm_89+ GPU: bf16/fp16 matmuls"
-    import transformer_engine.pytorch as te
-    from transformer_engine.common.recipe import DelayedScaling, Format
+    from gptforge.model.fp8 import autocast_factory
 
-    recipe = DelayedScaling(fp8_format=Format.HYBRID)
-    return (lambda: te.fp8_autocast(enabled=True, fp8_recipe=recipe)), "FP8 (TransformerEngine, HYBRID E4M3/E5M2): on"
+    return autocast_factory(cfg.fp8_recipe), f"FP8 (TransformerEngine, HYBRID E4M3/E5M2, {cfg.fp8_recipe} scaling): on"
 
 
 def memory_gib(device: torch.device) -> float:
@@ -150,7 +148,8 @@ class Trainer:
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
         rng.seed_all(cfg.seed)
-        backend = resolve_backend(cfg.apex_layernorm, cfg.transformer_engine)
+        backend = resolve_backend(cfg.apex_layernorm, cfg.transformer_engine, cfg.attention_backend,
+                                  cfg.loss_chunk_tokens if cfg.fused_loss else 0)
         self.notes += backend.notes
         self.model = GPT(mcfg, backend).to(self.device)
         fp8_ctx, fp8_note = fp8_context(cfg, backend, self.device)
@@ -170,8 +169,8 @@ class Trainer:
             self.notes.append(f"optimizer: {opt_note}")
             wrapped = self.model
             if cfg.compile:
-                wrapped = torch.compile(self.model)
-                self.notes.append("torch.compile: on (first steps include compilation)")
+                wrapped = torch.compile(self.model, mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
+                self.notes.append(f"torch.compile: on, mode {cfg.compile_mode} (first steps include compilation)")
             if self.env.launched:
                 from torch.nn.parallel import DistributedDataParallel as DDP
 

@@ -31,9 +31,11 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devi
 
             return FusedAdam(groups, lr=cfg.lr, betas=betas, eps=cfg.adam_eps, adam_w_mode=True), "apex FusedAdam"
         note = "apex FusedAdam asked for but not usable here (needs apex and a GPU); "
-    fused = device.type == "cuda"
-    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, eps=cfg.adam_eps, fused=fused)
-    return opt, note + ("torch AdamW (fused CUDA kernel)" if fused else "torch AdamW (foreach, CPU)")
+    fused = device.type == "cuda" and cfg.fused_adamw
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, eps=cfg.adam_eps, fused=fused,
+                            foreach=None if fused else True)
+    how = "fused CUDA kernel" if fused else "foreach, CPU" if device.type == "cpu" else "foreach (fused-adamw=false)"
+    return opt, note + f"torch AdamW ({how})"
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

@@ -1,0 +1,93 @@
+"""bench/throughput.py: its command line, a whole dry run on the CPU, and nanoGPT's bench.py driven at our shape."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "throughput.py"
+NANOGPT = Path(os.environ.get("GPTFORGE_NANOGPT_DIR", ROOT / "third_party" / "nanogpt"))
+sys.path.insert(0, str(SCRIPT.parent))
+import throughput  # noqa: E402
+
+DRY = ["--device", "cpu", "--precision", "fp32", "--models", "gpt2-tiny", "--batch", "2", "--warmup", "1", "--steps", "2"]
+
+
+def bench(*args: str, out: Path, timeout: float = 600):
+    env = {**os.environ, "GPTFORGE_BENCH_OUT": str(out)}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--levers", "fused-loss,warp-drive"], "--levers: unknown lever 'warp-drive'"),
+    (["--set", "fused-los=true"], "unknown config key 'fused-los'"),
+    (["--set", "attention-backend=fastest"], "attention-backend: 'fastest' is not one of auto, flash, cudnn"),
+    (["--set", "compile-mode=turbo"], "compile-mode: 'turbo' is not one of default"),
+    (["--models", "gpt2-9000m"], "no config file or packaged config named 'gpt2-9000m'"),
+    (["--min-ratio", "0"], "--min-ratio: must be positive"),
+    (["--steps", "0"], "--steps: must be positive"),
+    (["--nanogpt", "."], "is not a nanoGPT checkout (no bench.py"),
+])
+def test_bad_arguments_exit_2_with_one_line_and_nothing_written(tmp_path, monkeypatch, capsys, args, says):
+    monkeypatch.setenv("GPTFORGE_BENCH_OUT", str(tmp_path / "out"))
+    assert throughput.main([*DRY, *args]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_levers_expand_against_the_batch_and_default_to_all():
+    plan = throughput.parse_args(["--models", "gpt2-124m"])
+    assert [lv.name for lv in plan.levers] == list(throughput.DEFAULT_LEVERS)
+    assert set(throughput.DEFAULT_LEVERS) == set(throughput.LEVERS)
+    assert throughput.expand(throughput.LEVERS["accum-2"].overrides, 32) == ["micro-batch-size=16"]
+    assert throughput.expand(throughput.LEVERS["micro-2x"].overrides, 32) == ["micro-batch-size=64", "global-batch-size=64"]
+    assert all(lv.prediction for lv in throughput.LEVERS.values())
+    assert throughput.parse_args(["--levers", "none"]).levers == []
+
+
+def test_cpu_dry_run_measures_baseline_and_levers_and_writes_json(tmp_path):
+    proc = bench(*DRY, "--levers", "fused-loss,foreach-adamw,te", "--profile", out=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads((tmp_path / "throughput.json").read_text())
+    base = data["comparison"][0]["gptforge"]
+    assert base["tokens_per_s"] > 0 and base["steps"] == 2 and base["graph_breaks"] == 0
+    assert data["comparison"][0]["nanogpt"] is None  # no --nanogpt
+    levers = {row["lever"]: row for row in data["levers"]}
+    assert levers["fused-loss"]["overrides"] == ["fused-loss=true"]
+    assert any("fused output layer" in n for n in levers["fused-loss"]["result"]["notes"])
+    assert levers["fused-loss"]["result"]["speedup"] > 0
+    assert any("foreach" in n for n in levers["foreach-adamw"]["result"]["notes"])
+    try:
+        import transformer_engine.pytorch  # noqa: F401
+    except Exception:
+        assert "not importable" in levers["te"]["result"]["failed"]
+    assert "predicted:" in proc.stdout and "measured:" in proc.stdout
+    assert "aten::" in (tmp_path / "profile-gpt2-tiny.txt").read_text()
+
+
+def test_min_ratio_without_a_nanogpt_figure_fails(tmp_path):
+    proc = bench(*DRY, "--levers", "none", "--min-ratio", "1.3", out=tmp_path)
+    assert proc.returncode == 1
+    assert "below --min-ratio 1.3: gpt2-tiny: not measured" in proc.stdout
+    assert json.loads((tmp_path / "throughput.json").read_text())["pass"] is False
+
+
+@pytest.mark.skipif(not (NANOGPT / "bench.py").is_file(), reason="no nanoGPT checkout (set GPTFORGE_NANOGPT_DIR)")
+def test_nanogpt_bench_runs_unmodified_at_our_shape_and_min_ratio_decides(tmp_path):
+    before = {p.name: p.read_bytes() for p in NANOGPT.iterdir() if p.is_file()}
+    proc = bench(*DRY, "--levers", "none", "--nanogpt", str(NANOGPT), "--min-ratio", "1000", out=tmp_path)
+    row = json.loads((tmp_path / "throughput.json").read_text())["comparison"][0]
+    theirs = row["nanogpt"]
+    assert "failed" not in theirs, theirs
+    assert theirs["steps"] == 20 and theirs["tokens_per_s"] > 0
+    assert "--block_size=64" in theirs["command"] and "--batch_size=2" in theirs["command"]
+    assert row["ratio"] == pytest.approx(row["gptforge"]["tokens_per_s"] / theirs["tokens_per_s"])
+    assert proc.returncode == 1 and "below --min-ratio 1000" in proc.stdout
+    assert {p.name: p.read_bytes() for p in NANOGPT.iterdir() if p.is_file()} == before  # nothing written there
