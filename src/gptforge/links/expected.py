@@ -34,7 +34,7 @@ def resolve_prefix(given: str | None, environ=os.environ, *, allow_system: bool 
         prefix, flag = os.path.join(environ["PIXI_PROJECT_ROOT"], ".pixi", "envs", name), "PIXI_PROJECT_ROOT"
     else:
         raise UsageError("--prefix", "no environment given and none is active (CONDA_PREFIX and PIXI_PROJECT_ROOT unset)",
-                         "pass --prefix DIR, or run inside the environment: pixi run gptforge fix-links")
+                         "pass --prefix DIR, or run inside the environment: pixi run fix-links")
     if not os.path.isdir(os.path.join(prefix, "lib")):
         raise UsageError(flag, f"{prefix} is not an environment prefix (it has no lib/ directory)",
                          "pass the directory that holds the environment's bin/ and lib/")
