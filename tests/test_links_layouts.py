@@ -142,7 +142,10 @@ def test_plain_toolkit_copy_says_which_cuda_from_version_json(tmp_path):
 
 def test_nothing_tells_the_cuda_release_is_still_one_usage_line(tmp_path):
     write(str(tmp_path / "lib" / "libcudart.so.13"), b"not a library\n")
-    out = _fix(tmp_path, "--dry-run", "--json")
+    dry = _fix(tmp_path, "--dry-run", "--json")  # a dry run asks no python of the prefix, torch included
+    assert dry.returncode == 2 and dry.stderr.count("\n") == 1
+    assert "a dry run does not run the environment's python" in dry.stderr
+    out = _fix(tmp_path, "--json")
     if out.returncode == 0:  # a CUDA build of torch answered
         assert json.loads(out.stdout)["cuda_source"].startswith("torch.version.cuda")
         return
