@@ -24,12 +24,17 @@ def fake_library(soname: str, runtime_number: int) -> str:
     """A real shared library (gcc) with SONAME ``soname`` whose cudaRuntimeGetVersion reports
     ``runtime_number``. Cached per (soname, number); copy it into a prefix, never link to it."""
     out = os.path.join(_LIB_CACHE, f"{soname}-{runtime_number}.so")
+    return _built_library(out, soname, _SOURCE.format(number=runtime_number))
+
+
+def _built_library(out: str, soname: str, source: str) -> str:
+    """``out``, compiled by gcc from C ``source`` with SONAME ``soname`` unless it is cached."""
     if not os.path.exists(out):
         if shutil.which("gcc") is None:
             pytest.skip("gcc is needed to build test libraries")
         src = out + ".c"
         with open(src, "w") as f:
-            f.write(_SOURCE.format(number=runtime_number))
+            f.write(source)
         tmp = out + ".tmp"
         subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", tmp, src], check=True)
         os.replace(tmp, out)
@@ -50,16 +55,8 @@ def versioned_library(soname: str, symbol: str, abi: str, version: tuple[int, in
     """A real shared library with SONAME ``soname`` whose ``symbol`` reports ``version`` through ``abi``.
     Cached; copy it into a prefix, never link to it."""
     out = os.path.join(_LIB_CACHE, f"{soname}-{symbol}-{'.'.join(map(str, version))}.so")
-    if not os.path.exists(out):
-        if shutil.which("gcc") is None:
-            pytest.skip("gcc is needed to build test libraries")
-        src = out + ".c"
-        with open(src, "w") as f:
-            f.write(_ABI_SOURCE[abi].format(symbol=symbol, major=version[0], minor=version[1], patch=version[2]))
-        tmp = out + ".tmp"
-        subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", tmp, src], check=True)
-        os.replace(tmp, out)
-    return out
+    source = _ABI_SOURCE[abi].format(symbol=symbol, major=version[0], minor=version[1], patch=version[2])
+    return _built_library(out, soname, source)
 
 
 def runtime_number(version: tuple[int, ...]) -> int:
