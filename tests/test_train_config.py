@@ -56,6 +56,7 @@ def test_unknown_key_in_a_file_is_an_error(tmp_path):
     (["seq-length=65"], 1, "seq-length"),
     (["hidden-size=130"], 1, "hidden-size"),
     (["precision=fp8"], 1, "precision"),
+    (["float8=e4m3"], 1, "float8"),
     (["split=90,x"], 1, "split"),
     (["min-lr=1"], 1, "min-lr"),
     (["lr-warmup-iters=300"], 1, "lr-warmup-iters"),

@@ -83,6 +83,7 @@ class TrainConfig:
     transformer_engine: bool = _key(False, "TransformerEngine layers (when installed)")
     fp8: bool = _key(False, "FP8 matmuls through TransformerEngine (sm_89 and newer)")
     fp8_recipe: str = _key("delayed", "TransformerEngine FP8 scaling recipe: delayed, current")
+    float8: str = _key("off", "torchao float8 training of the blocks' Linear layers: off, tensorwise, rowwise (sm_89+)")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(
@@ -341,13 +342,15 @@ def validate_split(split: str) -> None:
 
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
 FP8_RECIPES = ("delayed", "current")
+FLOAT8_RECIPES = ("off", "tensorwise", "rowwise")  # torchao's Float8LinearRecipeName values, and off
 
 
 def validate_speed_keys(cfg: TrainConfig) -> None:
     """The throughput levers: each names one of a fixed set of choices."""
     from gptforge.model.layers import ATTENTION_BACKENDS
 
-    choices = {"compile-mode": COMPILE_MODES, "attention-backend": tuple(ATTENTION_BACKENDS), "fp8-recipe": FP8_RECIPES}
+    choices = {"compile-mode": COMPILE_MODES, "attention-backend": tuple(ATTENTION_BACKENDS), "fp8-recipe": FP8_RECIPES,
+               "float8": FLOAT8_RECIPES}
     for key, allowed in choices.items():
         value = getattr(cfg, attr_name(key))
         if value not in allowed:

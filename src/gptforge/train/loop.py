@@ -73,6 +73,22 @@ def fp8_context(cfg: TrainConfig, backend: LayerBackend, device: torch.device):
     return autocast_factory(cfg.fp8_recipe), f"FP8 (TransformerEngine, HYBRID E4M3/E5M2, {cfg.fp8_recipe} scaling): on"
 
 
+def torchao_float8(cfg: TrainConfig, backend: LayerBackend, model: torch.nn.Module, device: torch.device) -> str | None:
+    """Convert the model's block Linear layers to torchao float8 when asked for and possible; the note says which."""
+    if cfg.float8 == "off":
+        return None
+    if backend.linear != "torch":
+        return "torchao float8 asked for but TransformerEngine layers are on: use fp8=true for TE's FP8"
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
+        return "torchao float8 asked for but needs an sm_89+ GPU: bf16/fp16 matmuls"
+    if importlib.util.find_spec("torchao") is None:
+        return "torchao float8 asked for but torchao is not installed: bf16/fp16 matmuls"
+    from gptforge.model.fp8 import convert_torchao
+
+    swapped = convert_torchao(model, cfg.float8)
+    return f"float8 (torchao, {cfg.float8} scaling): on, {swapped} Linear layers"
+
+
 def memory_gib(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
@@ -153,8 +169,8 @@ class Trainer:
         self.notes += backend.notes
         self.model = GPT(mcfg, backend).to(self.device)
         fp8_ctx, fp8_note = fp8_context(cfg, backend, self.device)
-        if fp8_note:
-            self.notes.append(fp8_note)
+        float8_note = torchao_float8(cfg, backend, self.model, self.device)
+        self.notes += [note for note in (fp8_note, float8_note) if note]
         optimizer, opt_note = build_optimizer(self.model, cfg, self.device)
         self.accum = cfg.global_batch_size // (cfg.micro_batch_size * self.env.world_size)
         if self.ds_config is not None:
