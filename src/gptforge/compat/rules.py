@@ -576,5 +576,10 @@ def run_rules(combo: Combination, *, suggest: bool = True) -> list[Finding]:
 
 
 def check(combo: Combination) -> list[Finding]:
-    """Judge a combination: findings sorted errors first; ``is_ok(findings)`` when none is an error."""
-    return run_rules(combo, suggest=True)
+    """Judge a combination: findings sorted errors first; ``is_ok(findings)`` when none is an error.
+
+    Errors one torch build / nvcc change resolves point to that move, said once (compat/moves.py)."""
+    from gptforge.compat.moves import combine
+
+    findings = combine(combo, run_rules(combo, suggest=True), facts(), lambda c: run_rules(c, suggest=False))
+    return sorted(findings, key=lambda f: (f.rank, f.code, f.message))
