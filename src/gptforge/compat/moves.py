@@ -132,5 +132,5 @@ def combine(combo: Combination, findings: list[Finding], facts: Facts,
     pointer = f"apply the recommended move: {move.text}"
     out = [replace(f, fix=pointer) if f.severity is Severity.ERROR and f.code in move.resolves else f
            for f in findings]
-    out.append(Finding(CODE, Severity.INFO, f"one move resolves {', '.join(move.resolves)}: {move.text}", move.how))
+    out.append(Finding("recommended-move", Severity.INFO, f"one move resolves {', '.join(move.resolves)}: {move.text}", move.how))
     return out
