@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from gptforge.compat.arches import CC, Arch, best_cubin, parse_arch, ptx_runs_on, runs_on
 from gptforge.compat.combination import Combination
 from gptforge.compat.context import Context, build_context
-from gptforge.compat.facts import facts
-from gptforge.compat.findings import Finding, Severity
+from gptforge.compat.facts import facts, release_row
+from gptforge.compat.findings import Finding, Severity, no_data
 from gptforge.compat.versions import CudaVersion, DriverVersion, format_cc, parse_cuda
+from gptforge.compat.wheel_rules import rule_wheels
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
@@ -446,24 +446,15 @@ def rule_te_recipe(ctx: Context, suggest: bool) -> Iterator[Finding]:
                       f"{ctx.torch_cuda.release}", f"use a torch build for CUDA >= {cuda_min}")
 
 
-def release_row(rows: list[dict], version: Version) -> dict | None:
-    """The row of a versioned table (``versions`` = a specifier) that applies to this release."""
-    return next((r for r in rows if SpecifierSet(r["versions"]).contains(version, prereleases=True)), None)
-
-
-def _no_data(what: str, fix: str = "") -> Finding:
-    return Finding("not-checked", INFO, f"not checked: no data for {what}", fix)
-
-
 def rule_flash_attn(ctx: Context, suggest: bool) -> Iterator[Finding]:
     if ctx.flash_attn is None:
         return
     row = release_row(ctx.facts.extensions.get("flash_attn", []), ctx.flash_attn)
     if row is None:
-        yield _no_data(f"flash-attn {ctx.flash_attn} (its nvcc floor and GPUs)")
+        yield no_data(f"flash-attn {ctx.flash_attn} (its nvcc floor and GPUs)")
         return
     need = parse_cuda(row["nvcc_min"])
-    if ctx.nvcc and ctx.nvcc.release < need:
+    if ctx.nvcc and ctx.nvcc.release < need and "flash_attn" not in ctx.prebuilt:  # a wheel needs no nvcc
         torch_cuda = ctx.torch_cuda
         matched = f"nvcc {torch_cuda.release}" if torch_cuda and torch_cuda.release >= need else f"nvcc >= {need}"
         yield Finding("flash-attn-unsupported", E,
@@ -516,12 +507,12 @@ def rule_transformer_engine(ctx: Context, suggest: bool) -> Iterator[Finding]:
     te = f"TransformerEngine {ctx.transformer_engine}"
     row = release_row(ctx.facts.extensions["transformer_engine"]["requires"], ctx.transformer_engine)
     if row is None:
-        yield _no_data(f"{te}'s requirements", "compat/data/extensions.toml lists TransformerEngine 1.0 and later")
+        yield no_data(f"{te}'s requirements", "compat/data/extensions.toml lists TransformerEngine 1.0 and later")
         return
     if ctx.ccs and "cc_min" not in row:
-        yield _no_data(f"the GPUs {te} supports (its README gives no floor)")
+        yield no_data(f"the GPUs {te} supports (its README gives no floor)")
     if ctx.torch and "torch_min" not in row:
-        yield _no_data(f"the torch {te} needs (its setup.py gives no floor)")
+        yield no_data(f"the torch {te} needs (its setup.py gives no floor)")
     reasons = _te_reasons(ctx, row)
     if reasons:
         floors = ", ".join(f"{label} >= {row[key]}" for key, label in
@@ -537,7 +528,7 @@ def rule_deepspeed(ctx: Context, suggest: bool) -> Iterator[Finding]:
     spec = ctx.facts.extensions["deepspeed"]
     floor = release_row(spec["torch"], ctx.deepspeed)
     if ctx.torch and floor is None:
-        yield _no_data(f"the torch DeepSpeed {ctx.deepspeed} needs")
+        yield no_data(f"the torch DeepSpeed {ctx.deepspeed} needs")
     elif ctx.torch and ctx.torch.version < Version(floor["torch_min"]):
         yield Finding("deepspeed-unsupported", E,
                       f"DeepSpeed {ctx.deepspeed} needs torch >= {floor['torch_min']}, not {ctx.torch.version}",
@@ -555,7 +546,7 @@ def _deepspeed_cuda(ctx: Context, spec: dict) -> Iterator[Finding]:
         return
     row = release_row(spec["minor_mismatch_ok"], ctx.deepspeed)
     if row is None and nvcc.major == torch_cuda.major:
-        yield _no_data(f"the CUDA minors DeepSpeed {ctx.deepspeed} lets differ (nvcc {nvcc.release}, "
+        yield no_data(f"the CUDA minors DeepSpeed {ctx.deepspeed} lets differ (nvcc {nvcc.release}, "
                        f"torch's {torch_cuda.release})", f"use nvcc {torch_cuda.release} to be safe")
         return
     ok = row["cuda"].get(str(nvcc.major), []) if row else []
@@ -599,6 +590,7 @@ RULES: tuple[Callable[[Context, bool], Iterator[Finding]], ...] = (
     rule_transformer_engine,
     rule_deepspeed,
     rule_torch_cpu_build,
+    rule_wheels,
 )
 
 
