@@ -59,3 +59,12 @@ def test_hand_entered_cudnn_per_torch_build_agrees_with_the_packages():
             assert Version(".".join(str(p) for p in variant.cudnn.release[:3])) in {Version(c) for c in packaged}, \
                 (release, variant.cuda, variant.cudnn, packaged)
     assert compared >= 15
+
+
+def test_every_gpu_row_names_the_page_or_report_it_was_read_from():
+    from gptforge.compat.facts import load_table
+
+    rows = load_table("gpus.toml")["gpu"]
+    nvidia = {"https://developer.nvidia.com/cuda-gpus", "https://developer.nvidia.com/cuda-legacy-gpus"}
+    assert all(row["source"] in nvidia or row["source"].startswith("https://github.com/") for row in rows)
+    assert not [row for row in rows if "third-party" in row.get("note", "") or "unverified" in row.get("note", "")]
