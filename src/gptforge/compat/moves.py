@@ -33,6 +33,7 @@ class Move:
     torch: str | None  # "2.1.2+cu121", None: torch stays
     nvcc: str | None  # "12.1", None: nvcc stays (or was not given)
     resolves: tuple[str, ...] = ()
+    gpus: tuple[str, ...] = ()  # the GPUs' SASS arches the torch build carries ("sm_90")
 
     def apply(self, combo: Combination) -> Combination:
         changes: dict = {}
@@ -119,7 +120,8 @@ def find_move(combo: Combination, findings: list[Finding], facts: Facts,
     for move in candidates(ctx):
         after = _errors(judge(move.apply(combo)))
         if not after & targets and after <= before:
-            return replace(move, resolves=tuple(sorted(targets)))
+            gpus = tuple(f"sm_{major}{minor}" for major, minor in ctx.ccs)
+            return replace(move, resolves=tuple(sorted(targets)), gpus=gpus if move.torch else ())
     return None
 
 
@@ -130,6 +132,8 @@ def combine(combo: Combination, findings: list[Finding], facts: Facts,
     if move is None:
         return findings
     pointer = f"apply the recommended move: {move.text}"
+    if move.gpus:
+        pointer += f" (a build with kernels for {' '.join(move.gpus)})"
     out = [replace(f, fix=pointer) if f.severity is Severity.ERROR and f.code in move.resolves else f
            for f in findings]
     out.append(Finding("recommended-move", Severity.INFO, f"one move resolves {', '.join(move.resolves)}: {move.text}", move.how))
