@@ -106,3 +106,11 @@ def test_installed_distributions_are_read_through_importlib_metadata(tmp_path, m
     assert builds["transformer-engine-cu12"].cuda_major == 12
     assert errors(torch="2.2.0+cu118", wheels=tuple(builds.values())) == {"wheel-abi-mismatch", "wheel-cuda-mismatch",
                                                                           "te-unsupported"}
+
+
+def test_torch_style_cuda_tags_are_read_as_torch_reads_them():
+    """torch's own wheels name the full CUDA (cu92, cu121); flash-attn's only the major (cu12).
+
+    Both names are listed by https://download.pytorch.org/whl/torch/ (and quoted in users' install notes)."""
+    assert parse_wheel_name("torch-2.1.0+cu121-cp310-cp310-linux_x86_64.whl").cuda == CudaVersion(12, 1)
+    assert parse_wheel_name("torch-1.7.1+cu92-cp38-cp38-linux_x86_64.whl").cuda == CudaVersion(9, 2)

@@ -483,7 +483,8 @@ def rule_flash_attn(ctx: Context, suggest: bool) -> Iterator[Finding]:
 def _te_reasons(ctx: Context, row: dict) -> list[str]:
     reasons = []
     if "cc_min" in row:
-        reasons += [f"CC {format_cc(cc)} is below {row['cc_min']}" for cc in ctx.ccs if cc < parse_arch(row["cc_min"]).cc]
+        low = parse_arch(row["cc_min"]).cc
+        reasons += [f"CC {format_cc(cc)} is below {row['cc_min']}" for cc in ctx.ccs if cc < low]
     for who, cuda in ctx.cuda_versions():
         if cuda.release < parse_cuda(row["cuda_min"]):
             reasons.append(f"{who} is below {row['cuda_min']}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from email.parser import HeaderParser
 from pathlib import Path
 
@@ -20,11 +20,12 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from gptforge.compat.versions import CudaVersion, VersionError
+from gptforge.compat.versions import CudaVersion, VersionError, parse_cuda
 
 _CUDA = re.compile(r"(?:^|[^a-z])cu(\d{2,3})(?=torch|\.|-|$)")
 _TORCH = re.compile(r"torch(\d+)\.(\d+)")
 _ABI = re.compile(r"cxx11abi(true|false)")
+_METADATA_MAX = 1 << 20  # a wheel's METADATA is a few kB; never read a bomb
 _NAME_CUDA = re.compile(r"-cu(\d{2})$")  # transformer-engine-cu12
 
 # The combination field each project's version fills when the combination does not give it.
@@ -47,10 +48,12 @@ class WheelBuild:
 
 
 def _cuda_tag(digits: str) -> tuple[CudaVersion | None, int]:
-    """'118' -> 11.8; '12' -> major 12 only (flash-attn's cu12 wheels are for any CUDA 12)."""
-    if len(digits) == 2:
+    """'118' -> 11.8, '92' -> 9.2 (torch's tags); '12' -> major 12 only (flash-attn's cu12 wheels are
+    for any CUDA 12: CUDA majors run from 7 to a few past 13, so 10 to 19 is a major)."""
+    if len(digits) == 2 and 10 <= int(digits) <= 19:
         return None, int(digits)
-    return CudaVersion(int(digits[:-1]), int(digits[-1])), int(digits[:-1])
+    cuda = parse_cuda(f"cu{digits}")
+    return cuda, cuda.major
 
 
 def _from_version(project: str, version: Version, origin: str, tags: frozenset[Tag] = frozenset()) -> WheelBuild:
@@ -71,8 +74,9 @@ def parse_wheel_name(filename: str) -> WheelBuild:
     try:
         name, version, _build, tags = parse_wheel_filename(Path(filename).name)
     except (InvalidWheelFilename, InvalidVersion) as err:
+        example = "flash_attn-2.5.5+cu118torch2.2cxx11abiFALSE-cp38-cp38-linux_x86_64.whl"
         raise VersionError(f"{filename!r} is not a wheel file name ({err}); give the .whl file or its exact "
-                           "name, e.g. flash_attn-2.5.5+cu118torch2.2cxx11abiFALSE-cp38-cp38-linux_x86_64.whl") from None
+                           f"name, e.g. {example}") from None
     return _from_version(str(name), version, Path(filename).name, frozenset(tags))
 
 
@@ -96,11 +100,13 @@ def read_wheel(path_or_name: str) -> WheelBuild:
     try:
         with zipfile.ZipFile(path) as wheel:
             meta = next(n for n in wheel.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
+            if wheel.getinfo(meta).file_size > _METADATA_MAX:
+                raise VersionError(f"{path_or_name!r}: its METADATA is larger than {_METADATA_MAX} bytes")
             headers = HeaderParser().parsestr(wheel.read(meta).decode("utf-8", "replace"))
     except (zipfile.BadZipFile, StopIteration, OSError) as err:
         raise VersionError(f"{path_or_name!r} is not a readable wheel ({err or 'no .dist-info/METADATA'})") from None
     pin = _torch_pin(headers.get_all("Requires-Dist") or [])
-    return WheelBuild(**{**build.__dict__, "torch_pin": pin})
+    return replace(build, torch_pin=pin)
 
 
 def _installed(dist) -> WheelBuild | None:
@@ -125,8 +131,7 @@ def _installed(dist) -> WheelBuild | None:
     except InvalidVersion:
         return None
     build = _from_version(canonicalize_name(name), version, f"{name} {dist.version} (installed)")
-    pin = _torch_pin(dist.requires or [])
-    return WheelBuild(**{**build.__dict__, "torch_pin": pin})
+    return replace(build, torch_pin=_torch_pin(dist.requires or []))
 
 
 def installed_builds(projects=tuple(PROJECT_FIELDS)) -> tuple[WheelBuild, ...]:
