@@ -90,6 +90,7 @@ def _add_gpu_flags(parser: argparse.ArgumentParser) -> None:
 def register(subparsers, groups) -> None:
     from gptforge.compat import parse_clang, parse_cuda, parse_cudnn, parse_gcc, parse_nccl, parse_python, parse_torch
     from gptforge.compat.versions import parse_release
+    from gptforge.compat.wheels import read_wheel
 
     commands = group(subparsers, groups, "compat", "check version combinations; pick an environment")
 
@@ -119,6 +120,10 @@ def register(subparsers, groups) -> None:
                   "arches the torch build has kernels for, e.g. 'sm_80 sm_90' (default: the published build's)")
     _version_flag(check, "--arch-list", _known_arch_list, "LIST",
                   "the TORCH_CUDA_ARCH_LIST extension builds use, e.g. '9.0a'")
+    check.add_argument("--wheel", dest="wheels", action="append", type=_arg_type(read_wheel), metavar="WHEEL",
+                       help="a prebuilt extension wheel, as a .whl file or its file name "
+                            "(flash_attn-2.5.5+cu118torch2.2cxx11abiFALSE-cp38-cp38-linux_x86_64.whl): its torch, "
+                            "CUDA major, C++ ABI and Python are checked; repeat for several")
     check.set_defaults(func=run_check)
 
     recommend = commands.add_parser("recommend", help="pick the environment that fits a machine",
@@ -147,7 +152,7 @@ def combination_from_args(args):
         gcc=args.gcc, clang=args.clang, cudnn=args.cudnn, nccl=args.nccl, apex=args.apex,
         deepspeed=args.deepspeed, transformer_engine=args.transformer_engine,
         torch_cuda_arch_list_env=args.arch_list, flash_attn=args.flash_attn,
-        fp8=args.fp8 or bool(args.recipe), recipe=args.recipe,
+        fp8=args.fp8 or bool(args.recipe), recipe=args.recipe, wheels=tuple(args.wheels) if args.wheels else None,
     )
 
 

@@ -21,6 +21,9 @@ class Combination:
     fp8             the run trains in FP8 (TransformerEngine's fp8_autocast)
     recipe          the TransformerEngine FP8 recipe: delayed-scaling, current-scaling,
                     float8-block-scaling, mxfp8 or nvfp4
+    wheels          prebuilt extension wheels, as file paths or file names
+                    ("flash_attn-2.5.5+cu118torch2.2cxx11abiFALSE-cp38-cp38-linux_x86_64.whl"), or
+                    installed builds (compat.wheels.installed_builds) as WheelBuild objects
     """
 
     driver: str | None = None
@@ -41,3 +44,4 @@ class Combination:
     flash_attn: str | None = None
     fp8: bool = False
     recipe: str | None = None
+    wheels: tuple | None = None

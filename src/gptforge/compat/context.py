@@ -13,6 +13,7 @@ from packaging.version import Version
 from gptforge.compat.arches import CC, Arch, parse_arch, parse_arch_list
 from gptforge.compat.combination import Combination
 from gptforge.compat.facts import Facts, TorchRelease, TorchVariant
+from gptforge.compat.wheels import PROJECT_FIELDS, WheelBuild, read_wheel
 from gptforge.compat.findings import Finding, Severity
 from gptforge.compat.versions import (
     CudaVersion,
@@ -53,6 +54,8 @@ class Context:
     transformer_engine: Version | None = None
     flash_attn: Version | None = None
     arch_env: tuple[list[Arch], list[Arch]] | None = None
+    wheels: tuple[WheelBuild, ...] = ()
+    prebuilt: frozenset[str] = frozenset()  # fields whose version came from a prebuilt wheel
     problems: list[Finding] = field(default_factory=list)
 
     @property
@@ -124,6 +127,17 @@ def _driver(ctx: Context) -> DriverVersion | None:
     return lowest
 
 
+def _wheels(ctx: Context) -> None:
+    """Read the wheels; a wheel's version stands for its project's when the combination gives none."""
+    builds = [w if isinstance(w, WheelBuild) else _read(ctx, "wheel", w, read_wheel) for w in ctx.combo.wheels or ()]
+    ctx.wheels = tuple(b for b in builds if b is not None)
+    for build in ctx.wheels:
+        field_name = PROJECT_FIELDS.get(build.project)
+        if field_name and getattr(ctx, field_name) is None:
+            setattr(ctx, field_name, build.version)
+            ctx.prebuilt |= {field_name}
+
+
 def build_context(combo: Combination, facts: Facts) -> Context:
     ctx = Context(combo, facts)
     ctx.driver = _driver(ctx)
@@ -154,6 +168,7 @@ def build_context(combo: Combination, facts: Facts) -> Context:
     ctx.transformer_engine = _read(ctx, "transformer_engine", combo.transformer_engine,
                                    lambda v: parse_release(v, "TransformerEngine"))
     ctx.flash_attn = _read(ctx, "flash_attn", combo.flash_attn, lambda v: parse_release(v, "flash-attn"))
+    _wheels(ctx)
     ctx.arch_env = _read(ctx, "TORCH_CUDA_ARCH_LIST", _arch_list_env(combo.torch_cuda_arch_list_env, facts),
                          parse_arch_list)
     return ctx

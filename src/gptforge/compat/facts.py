@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from gptforge.compat.arches import Arch, parse_arch
@@ -19,6 +20,12 @@ from gptforge.compat.versions import CudaVersion, DriverVersion, parse_cuda, par
 def load_table(name: str) -> dict:
     text = resources.files("gptforge.compat").joinpath("data", name).read_text(encoding="utf-8")
     return tomllib.loads(text)
+
+
+def release_row(rows: list[dict], version: Version) -> dict | None:
+    """The row of a versioned table (``versions`` = a specifier) that applies to this release."""
+    public = Version(version.public)
+    return next((r for r in rows if SpecifierSet(r["versions"]).contains(public, prereleases=True)), None)
 
 
 def _cuda_key(version: CudaVersion) -> tuple[int, int]:

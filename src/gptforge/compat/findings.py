@@ -36,6 +36,11 @@ class Finding:
         return _RANK[self.severity]
 
 
+def no_data(what: str, fix: str = "") -> Finding:
+    """A check skipped for want of a fact: said, never a silent 'ok'."""
+    return Finding("not-checked", Severity.INFO, f"not checked: no data for {what}", fix)
+
+
 def is_ok(findings: list[Finding], strict: bool = False) -> bool:
     """No error (``strict``: no error and no warning)."""
     bad = {Severity.ERROR, Severity.WARNING} if strict else {Severity.ERROR}

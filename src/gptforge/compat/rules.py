@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from gptforge.compat.arches import CC, Arch, best_cubin, parse_arch, ptx_runs_on, runs_on
 from gptforge.compat.combination import Combination
 from gptforge.compat.context import Context, build_context
-from gptforge.compat.facts import facts
-from gptforge.compat.findings import Finding, Severity
+from gptforge.compat.facts import facts, release_row
+from gptforge.compat.findings import Finding, Severity, no_data
 from gptforge.compat.versions import CudaVersion, DriverVersion, format_cc, parse_cuda
+from gptforge.compat.wheel_rules import rule_wheels
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
@@ -446,17 +446,15 @@ def rule_te_recipe(ctx: Context, suggest: bool) -> Iterator[Finding]:
                       f"{ctx.torch_cuda.release}", f"use a torch build for CUDA >= {cuda_min}")
 
 
-def _flash_attn_row(ctx: Context) -> dict | None:
-    rows = ctx.facts.extensions.get("flash_attn", [])
-    return next((r for r in rows if SpecifierSet(r["versions"]).contains(ctx.flash_attn, prereleases=True)), None)
-
-
 def rule_flash_attn(ctx: Context, suggest: bool) -> Iterator[Finding]:
-    row = _flash_attn_row(ctx) if ctx.flash_attn else None
+    if ctx.flash_attn is None:
+        return
+    row = release_row(ctx.facts.extensions.get("flash_attn", []), ctx.flash_attn)
     if row is None:
+        yield no_data(f"flash-attn {ctx.flash_attn} (its nvcc floor and GPUs)")
         return
     need = parse_cuda(row["nvcc_min"])
-    if ctx.nvcc and ctx.nvcc.release < need:
+    if ctx.nvcc and ctx.nvcc.release < need and "flash_attn" not in ctx.prebuilt:  # a wheel needs no nvcc
         torch_cuda = ctx.torch_cuda
         matched = f"nvcc {torch_cuda.release}" if torch_cuda and torch_cuda.release >= need else f"nvcc >= {need}"
         yield Finding("flash-attn-unsupported", E,
@@ -482,36 +480,60 @@ def rule_flash_attn(ctx: Context, suggest: bool) -> Iterator[Finding]:
                           "use a flash-attn release with kernels for this GPU, or torch's scaled_dot_product_attention")
 
 
+def _te_reasons(ctx: Context, row: dict) -> list[str]:
+    reasons = []
+    if "cc_min" in row:
+        low = parse_arch(row["cc_min"]).cc
+        reasons += [f"CC {format_cc(cc)} is below {row['cc_min']}" for cc in ctx.ccs if cc < low]
+    for who, cuda in ctx.cuda_versions():
+        if cuda.release < parse_cuda(row["cuda_min"]):
+            reasons.append(f"{who} is below {row['cuda_min']}")
+        if "cuda_min_ada" in row and (8, 9) in ctx.ccs and cuda.release < parse_cuda(row["cuda_min_ada"]):
+            reasons.append(f"Ada needs CUDA >= {row['cuda_min_ada']} ({who})")
+        if ("cuda_min_blackwell" in row and any(cc[0] >= 10 for cc in ctx.ccs)
+                and cuda.release < parse_cuda(row["cuda_min_blackwell"])):
+            reasons.append(f"Blackwell needs CUDA >= {row['cuda_min_blackwell']} ({who})")
+    if ctx.cudnn and not _at_least(ctx.cudnn, Version(row["cudnn_min"])):
+        reasons.append(f"cuDNN {ctx.cudnn} is below {row['cudnn_min']}")
+    if ctx.torch and "torch_min" in row and ctx.torch.version < Version(row["torch_min"]):
+        reasons.append(f"torch {ctx.torch.version} is below {row['torch_min']}")
+    if ctx.gcc and "gcc_min" in row and not _at_least(ctx.gcc, Version(row["gcc_min"])):
+        reasons.append(f"gcc {ctx.gcc} is below {row['gcc_min']}")
+    return reasons
+
+
 def rule_transformer_engine(ctx: Context, suggest: bool) -> Iterator[Finding]:
     if ctx.transformer_engine is None:
         return
-    spec = ctx.facts.extensions["transformer_engine"]
-    cc_min = parse_cuda(spec["cc_min"])
-    reasons = [f"CC {format_cc(cc)} is below {spec['cc_min']}" for cc in ctx.ccs if cc < (cc_min.major, cc_min.minor)]
-    for who, cuda in ctx.cuda_versions():
-        if cuda.release < parse_cuda(spec["cuda_min"]):
-            reasons.append(f"{who} is below {spec['cuda_min']}")
-        if any(cc[0] >= 10 for cc in ctx.ccs) and cuda.release < parse_cuda(spec["cuda_min_blackwell"]):
-            reasons.append(f"Blackwell needs CUDA >= {spec['cuda_min_blackwell']} ({who})")
-    if ctx.cudnn and not _at_least(ctx.cudnn, Version(spec["cudnn_min"])):
-        reasons.append(f"cuDNN {ctx.cudnn} is below {spec['cudnn_min']}")
-    if ctx.torch and ctx.torch.version < Version(spec["torch_min"]):
-        reasons.append(f"torch {ctx.torch.version} is below {spec['torch_min']}")
-    if ctx.gcc and not _at_least(ctx.gcc, Version(spec["gcc_min"])):
-        reasons.append(f"gcc {ctx.gcc} is below {spec['gcc_min']}")
+    te = f"TransformerEngine {ctx.transformer_engine}"
+    row = release_row(ctx.facts.extensions["transformer_engine"]["requires"], ctx.transformer_engine)
+    if row is None:
+        yield no_data(f"{te}'s requirements", "compat/data/extensions.toml lists TransformerEngine 1.0 and later")
+        return
+    if ctx.ccs and "cc_min" not in row:
+        yield no_data(f"the GPUs {te} supports (its README gives no floor)")
+    if ctx.torch and "torch_min" not in row:
+        yield no_data(f"the torch {te} needs (its setup.py gives no floor)")
+    reasons = _te_reasons(ctx, row)
     if reasons:
-        yield Finding("te-unsupported", E, "TransformerEngine cannot run here: " + "; ".join(reasons),
-                      f"meet TransformerEngine's floor (CC >= {spec['cc_min']}, CUDA >= {spec['cuda_min']}, "
-                      f"cuDNN >= {spec['cudnn_min']}, torch >= {spec['torch_min']}) or uninstall it")
+        floors = ", ".join(f"{label} >= {row[key]}" for key, label in
+                           (("cc_min", "CC"), ("cuda_min", "CUDA"), ("cudnn_min", "cuDNN"), ("torch_min", "torch"))
+                           if key in row)
+        yield Finding("te-unsupported", E, f"{te} cannot run here: " + "; ".join(reasons),
+                      f"meet {te}'s floor ({floors}) or uninstall it")
 
 
 def rule_deepspeed(ctx: Context, suggest: bool) -> Iterator[Finding]:
     if ctx.deepspeed is None:
         return
     spec = ctx.facts.extensions["deepspeed"]
-    if ctx.torch and ctx.torch.version < Version(spec["torch_min"]):
-        yield Finding("deepspeed-unsupported", E, f"DeepSpeed needs torch >= {spec['torch_min']}, not {ctx.torch.version}",
-                      f"use torch >= {spec['torch_min']}")
+    floor = release_row(spec["torch"], ctx.deepspeed)
+    if ctx.torch and floor is None:
+        yield no_data(f"the torch DeepSpeed {ctx.deepspeed} needs")
+    elif ctx.torch and ctx.torch.version < Version(floor["torch_min"]):
+        yield Finding("deepspeed-unsupported", E,
+                      f"DeepSpeed {ctx.deepspeed} needs torch >= {floor['torch_min']}, not {ctx.torch.version}",
+                      f"use torch >= {floor['torch_min']}")
     yield from _deepspeed_cuda(ctx, spec)
     if ctx.arch_env and any(a.suffix for a in ctx.arch_env[0]):
         yield Finding("deepspeed-arch-suffix", E,
@@ -523,16 +545,22 @@ def _deepspeed_cuda(ctx: Context, spec: dict) -> Iterator[Finding]:
     nvcc, torch_cuda = ctx.nvcc, ctx.torch_cuda
     if not nvcc or not torch_cuda or nvcc.release == torch_cuda.release or ctx.torch_is_cpu:
         return
-    ok = spec["minor_mismatch_ok"].get(str(nvcc.major), [])
+    row = release_row(spec["minor_mismatch_ok"], ctx.deepspeed)
+    if row is None and nvcc.major == torch_cuda.major:
+        yield no_data(f"the CUDA minors DeepSpeed {ctx.deepspeed} lets differ (nvcc {nvcc.release}, "
+                       f"torch's {torch_cuda.release})", f"use nvcc {torch_cuda.release} to be safe")
+        return
+    ok = row["cuda"].get(str(nvcc.major), []) if row else []
     if nvcc.major == torch_cuda.major and str(nvcc.release) in ok and str(torch_cuda.release) in ok:
         yield Finding("deepspeed-cuda-mismatch", INFO,
-                      f"DeepSpeed accepts nvcc {nvcc.release} with torch's CUDA {torch_cuda.release} (whitelisted minors)",
-                      "")
+                      f"DeepSpeed {ctx.deepspeed} accepts nvcc {nvcc.release} with torch's CUDA {torch_cuda.release} "
+                      "(whitelisted minors)", "")
         return
-    whitelisted = "" if ok else f" (CUDA {nvcc.major}.x minors are not in its whitelist)"
+    whitelisted = "" if ok or nvcc.major != torch_cuda.major else \
+        f" (CUDA {nvcc.major}.x minors are not in its whitelist)"
     yield Finding("deepspeed-cuda-mismatch", E,
-                  f"DeepSpeed's op builder rejects nvcc {nvcc.release} with torch's CUDA {torch_cuda.release}"
-                  f"{whitelisted}: CUDAMismatchException",
+                  f"DeepSpeed {ctx.deepspeed}'s op builder rejects nvcc {nvcc.release} with torch's CUDA "
+                  f"{torch_cuda.release}{whitelisted}: CUDAMismatchException",
                   f"use nvcc {torch_cuda.release}; or, at your own risk, set {spec['skip_check_env']}=1")
 
 
@@ -563,6 +591,7 @@ RULES: tuple[Callable[[Context, bool], Iterator[Finding]], ...] = (
     rule_transformer_engine,
     rule_deepspeed,
     rule_torch_cpu_build,
+    rule_wheels,
 )
 
 
@@ -576,5 +605,10 @@ def run_rules(combo: Combination, *, suggest: bool = True) -> list[Finding]:
 
 
 def check(combo: Combination) -> list[Finding]:
-    """Judge a combination: findings sorted errors first; ``is_ok(findings)`` when none is an error."""
-    return run_rules(combo, suggest=True)
+    """Judge a combination: findings sorted errors first; ``is_ok(findings)`` when none is an error.
+
+    Errors one torch build / nvcc change resolves point to that move, said once (compat/moves.py)."""
+    from gptforge.compat.moves import combine
+
+    findings = combine(combo, run_rules(combo, suggest=True), facts(), lambda c: run_rules(c, suggest=False))
+    return sorted(findings, key=lambda f: (f.rank, f.code, f.message))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gptforge.compat.combination import Combination
 from gptforge.compat.versions import parse_cc
+from gptforge.compat.wheels import installed_builds
 
 
 def combination_from_machine(machine: dict) -> Combination:
@@ -26,4 +27,5 @@ def combination_from_machine(machine: dict) -> Combination:
         deepspeed=machine["deepspeed"]["version"],
         transformer_engine=machine["transformer_engine"]["version"],
         torch_cuda_arch_list_env=machine["env"]["TORCH_CUDA_ARCH_LIST"],
+        wheels=installed_builds() or None,  # the installed extension builds, from their metadata
     )

@@ -1,0 +1,83 @@
+"""apex, DeepSpeed, TransformerEngine and flash-attn: each floor applies to the releases it was read from."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from gptforge.compat import Combination, Severity, check
+from gptforge.compat.facts import facts
+
+EXT = facts().extensions
+VERSIONED = {
+    "deepspeed.torch": EXT["deepspeed"]["torch"],
+    "deepspeed.minor_mismatch_ok": EXT["deepspeed"]["minor_mismatch_ok"],
+    "transformer_engine.requires": EXT["transformer_engine"]["requires"],
+    "flash_attn": EXT["flash_attn"],
+}
+
+
+def codes(severity=Severity.ERROR, **fields) -> set[str]:
+    return {f.code for f in check(Combination(**fields)) if f.severity is severity}
+
+
+def messages(**fields) -> list[str]:
+    return [f.message for f in check(Combination(**fields))]
+
+
+@pytest.mark.parametrize("table", VERSIONED)
+def test_every_row_names_its_releases_and_a_source_at_a_tag(table):
+    for row in VERSIONED[table]:
+        SpecifierSet(row["versions"])  # parses
+        assert row["source"].startswith("https://github.com/"), row
+    tagged = [r for r in VERSIONED[table] if "/blob/" in r["source"]]
+    assert all("/blob/main/" not in r["source"] and "/blob/master/" not in r["source"] for r in tagged)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(sorted(VERSIONED)), st.integers(0, 3), st.integers(0, 25), st.integers(0, 6))
+def test_at_most_one_row_applies_to_a_release(table, major, minor, patch):
+    version = Version(f"{major}.{minor}.{patch}")
+    matching = [r for r in VERSIONED[table] if SpecifierSet(r["versions"]).contains(version, prereleases=True)]
+    assert len(matching) <= 1, (version, matching)
+
+
+def test_deepspeed_0_8_is_judged_by_its_own_torch_floor():
+    assert "deepspeed-unsupported" not in codes(deepspeed="0.8.1", torch="1.13.1+cu117")
+    assert "deepspeed-unsupported" in codes(deepspeed="0.8.1", torch="1.7.1")
+    assert "deepspeed-unsupported" in codes(deepspeed="0.19.5", torch="1.13.1+cu117")
+
+
+def test_deepspeed_whitelist_follows_the_release():
+    # 0.8.1's builder.py has no CUDA 12 whitelist; 0.9.3 accepts 12.0 with 12.1
+    assert "deepspeed-cuda-mismatch" in codes(deepspeed="0.8.1", cuda="12.1", torch_cuda="12.0")
+    assert "deepspeed-cuda-mismatch" in codes(Severity.INFO, deepspeed="0.9.3", cuda="12.1", torch_cuda="12.0")
+    assert "deepspeed-cuda-mismatch" in codes(deepspeed="0.16.0", cuda="12.8", torch_cuda="12.6")
+    assert "deepspeed-cuda-mismatch" in codes(Severity.INFO, deepspeed="0.17.2", cuda="12.9", torch_cuda="12.8")
+
+
+def test_transformer_engine_1_x_is_not_judged_by_2_x_floors():
+    assert "te-unsupported" not in codes(transformer_engine="1.1", torch="2.0.1+cu118", cuda="11.8",
+                                         cudnn="8.7.0")
+    assert "te-unsupported" in codes(transformer_engine="2.1", torch="2.0.1+cu118", cuda="11.8")
+    assert "te-unsupported" in codes(transformer_engine="1.11", torch="2.0.1+cu118", cuda="11.8")
+    assert "te-unsupported" in codes(transformer_engine="1.5", ccs=((8, 9),), cuda="11.8")  # Ada needs 12.1
+    assert "te-unsupported" not in codes(transformer_engine="1.5", ccs=((9, 0),), cuda="11.8")
+
+
+def test_unknown_facts_say_not_checked_instead_of_ok():
+    assert any("not checked: no data for TransformerEngine 0.13" in m for m in messages(transformer_engine="0.13"))
+    assert any("not checked: no data for the GPUs TransformerEngine 1.5" in m
+               for m in messages(transformer_engine="1.5", ccs=((7, 0),)))
+    assert any("not checked: no data for the torch DeepSpeed 0.5.0" in m
+               for m in messages(deepspeed="0.5.0", torch="1.8.0"))
+    assert any("not checked: no data for flash-attn 1.0.9" in m for m in messages(flash_attn="1.0.9"))
+
+
+def test_flash_attn_nvcc_floor_at_each_tag():
+    assert "flash-attn-unsupported" not in codes(flash_attn="2.0.4", cuda="11.3")  # v2.0.0: CUDA 11
+    assert "flash-attn-unsupported" in codes(flash_attn="2.0.6", cuda="11.3")  # v2.0.6: 11.4
+    assert "flash-attn-unsupported" in codes(flash_attn="2.1.2", cuda="11.4")  # v2.1.2: 11.6
