@@ -89,7 +89,7 @@ def _add_gpu_flags(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers, groups) -> None:
     from gptforge.compat import parse_clang, parse_cuda, parse_cudnn, parse_gcc, parse_nccl, parse_python, parse_torch
-    from gptforge.compat.versions import parse_release
+    from gptforge.core.versions import parse_release
 
     commands = group(subparsers, groups, "compat", "check version combinations; pick an environment")
 

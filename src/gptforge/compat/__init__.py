@@ -21,7 +21,7 @@ _EXPORTS = {
     "gptforge.compat.findings": ("Finding", "Severity", "is_ok", "report_json"),
     "gptforge.compat.gpus": ("UnknownGpu", "gpu_cc", "validate_cc"),
     "gptforge.compat.rules": ("check",),
-    "gptforge.compat.versions": (
+    "gptforge.core.versions": (
         "CudaVersion", "DriverVersion", "TorchVersion", "VersionError", "format_cc", "parse_cc",
         "parse_clang", "parse_cuda", "parse_cudnn", "parse_driver", "parse_gcc", "parse_nccl",
         "parse_python", "parse_torch",

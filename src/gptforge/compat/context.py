@@ -14,7 +14,7 @@ from gptforge.compat.arches import CC, Arch, parse_arch, parse_arch_list
 from gptforge.compat.combination import Combination
 from gptforge.compat.facts import Facts, TorchRelease, TorchVariant
 from gptforge.compat.findings import Finding, Severity
-from gptforge.compat.versions import (
+from gptforge.core.versions import (
     CudaVersion,
     DriverVersion,
     TorchVersion,

@@ -13,7 +13,7 @@ from functools import cache
 
 from gptforge.compat.arches import CC, parse_arch
 from gptforge.compat.facts import facts, load_table
-from gptforge.compat.versions import VersionError, format_cc, parse_cc
+from gptforge.core.versions import VersionError, format_cc, parse_cc
 
 _BRAND_WORDS = {"nvidia", "geforce", "tesla", "quadro"}
 

@@ -10,7 +10,7 @@ from gptforge.compat.arches import CC, parse_arch, runs_on
 from gptforge.compat.combination import Combination
 from gptforge.compat.facts import load_table
 from gptforge.compat.findings import Finding, Severity
-from gptforge.compat.versions import CudaVersion, DriverVersion, parse_cuda, parse_driver
+from gptforge.core.versions import CudaVersion, DriverVersion, parse_cuda, parse_driver
 
 
 @dataclass(frozen=True)

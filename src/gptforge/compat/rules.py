@@ -17,7 +17,7 @@ from gptforge.compat.combination import Combination
 from gptforge.compat.context import Context, build_context
 from gptforge.compat.facts import facts
 from gptforge.compat.findings import Finding, Severity
-from gptforge.compat.versions import CudaVersion, DriverVersion, format_cc, parse_cuda
+from gptforge.core.versions import CudaVersion, DriverVersion, format_cc, parse_cuda
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
