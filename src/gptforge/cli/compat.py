@@ -155,7 +155,7 @@ def run_check(args) -> int:
     from rich.console import Console
 
     from gptforge.compat import check, is_ok, report_json
-    from gptforge.compat.findings_table import findings_table
+    from gptforge.compat.findings import findings_table
 
     findings = check(combination_from_args(args))
     if args.json:
