@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from gptforge.core.toolkit import TARGET_DIR
+from gptforge.core import TARGET_DIR
 
 # Temporary names of links being created: "<dir>/.gptforge-tmp.<pid>.<name>". A run killed between
 # creating one and renaming it leaves it behind; the next run (or --undo) removes it.

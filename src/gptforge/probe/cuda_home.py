@@ -7,7 +7,7 @@ import glob
 import os
 import re
 
-from gptforge.core.toolkit import TARGET_DIR
+from gptforge.core import TARGET_DIR
 from gptforge.errors import GptforgeError
 
 from gptforge.probe.cudart import describe_libcudart
