@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gptforge.compat import Combination, check, parse_driver
-from gptforge.compat.versions import CudaVersion
+from gptforge.core.versions import CudaVersion
 
 
 def codes(**fields) -> set[str]:

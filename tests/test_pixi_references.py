@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gptforge.compat.project_envs import environments, recommend
+from gptforge.compat.project_envs import environments
+from gptforge.compat.rules import recommend
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = tomllib.loads((ROOT / "pixi.toml").read_text(encoding="utf-8"))

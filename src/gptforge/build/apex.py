@@ -20,6 +20,7 @@ from gptforge.build.runner import run_logged
 from gptforge.build.source import COMMIT_RE, ApexSource, clone, local_source
 from gptforge.build.toolchain import Toolchain
 from gptforge.build.wheels import cached_wheel
+from gptforge.core.versions import parse_cc
 from gptforge.errors import GptforgeError, UsageError
 
 SUBSET_ENV = "GPTFORGE_APEX_EXTENSIONS"
@@ -121,7 +122,7 @@ def choose_arch_list(arch: str | None, tc: Toolchain, *, allow_suffix: bool) -> 
         raise NoDefaultArch("--arch", "no GPU is visible, so there is nothing to target by default",
                          "pass the compute capabilities of the GPUs that will run it, e.g. --arch 9.0 (H100) or --arch '8.0;9.0'")
     try:
-        chosen = compat.arch_list_for([tuple(int(p) for p in cc.split(".")) for cc in tc.ccs], tc.nvcc_version,
+        chosen = compat.arch_list_for([parse_cc(cc) for cc in tc.ccs], tc.nvcc_version,
                                       allow_suffix=allow_suffix)
     except GptforgeError as err:
         raise NoDefaultArch("--arch", f"nvcc {tc.nvcc_version} cannot target the GPUs present ({', '.join(tc.ccs)}): {err.message}",

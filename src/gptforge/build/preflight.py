@@ -11,13 +11,14 @@ from gptforge import compat
 from gptforge.build.pins import apex_pin
 from gptforge.build.toolchain import Toolchain
 from gptforge.compat.findings import Finding, Severity
+from gptforge.core.versions import parse_cc
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
 def combination(tc: Toolchain, *, apex: str | None = None, deepspeed: str | None = None,
                 transformer_engine: str | None = None):
-    ccs = tuple(tuple(int(part) for part in cc.split(".")) for cc in tc.ccs) or None
+    ccs = tuple(parse_cc(cc) for cc in tc.ccs) or None
     return compat.Combination(driver=tc.driver, ccs=ccs, cuda=tc.nvcc_version, torch=tc.torch_version,
                               torch_cuda=tc.torch_cuda, gcc=tc.gcc_version if tc.gcc_kind == "gcc" else None,
                               clang=tc.gcc_version if tc.gcc_kind == "clang" else None, apex=apex, deepspeed=deepspeed,

@@ -89,7 +89,7 @@ def _add_gpu_flags(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers, groups) -> None:
     from gptforge.compat import parse_clang, parse_cuda, parse_cudnn, parse_gcc, parse_nccl, parse_python, parse_torch
-    from gptforge.compat.versions import parse_release
+    from gptforge.core.versions import parse_release
     from gptforge.compat.wheels import read_wheel
 
     commands = group(subparsers, groups, "compat", "check version combinations; pick an environment")
@@ -160,7 +160,7 @@ def run_check(args) -> int:
     from rich.console import Console
 
     from gptforge.compat import check, is_ok, report_json
-    from gptforge.compat.findings_table import findings_table
+    from gptforge.compat.findings import findings_table
 
     findings = check(combination_from_args(args))
     if args.json:

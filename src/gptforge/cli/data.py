@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from gptforge.cli import group
+from gptforge.core.dataspec import TOKENIZER_KINDS
 
 PREPARE_EPILOG = """\
 outputs: <output-prefix>_<key>_document.bin/.idx for every --json-keys key (Megatron's naming, so
@@ -59,7 +60,7 @@ def _register_prepare(subparsers) -> None:
     p.add_argument("--format", choices=("jsonl", "parquet", "text"), help="input format (default: from suffix)")
     p.add_argument("--json-keys", nargs="+", default=["text"], metavar="KEY", help="fields to tokenize (default: text)")
     p.add_argument("--output-prefix", help="output prefix P: writes P_<key>_document.bin/.idx")
-    p.add_argument("--tokenizer", choices=("gpt2", "bytelevel"), default="gpt2", help="tokenizer (default: gpt2)")
+    p.add_argument("--tokenizer", choices=TOKENIZER_KINDS, default="gpt2", help="tokenizer (default: gpt2)")
     p.add_argument("--vocab-file", help="GPT-2 style vocab.json")
     p.add_argument("--merge-file", help="GPT-2 style merges.txt")
     p.add_argument("--tokenizer-dir", help="directory with vocab.json + merges.txt, only read (a bytelevel tokenizer "

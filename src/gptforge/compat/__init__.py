@@ -16,12 +16,12 @@ _EXPORTS = {
     "gptforge.compat.arches": ("Arch", "parse_arch", "parse_arch_list"),
     "gptforge.compat.combination": ("Combination",),
     "gptforge.compat.project_envs": (
-        "Environment", "Recommendation", "Verdict", "environment", "environments", "recommend",
+        "Environment", "Recommendation", "Verdict", "environment", "environments",
     ),
     "gptforge.compat.findings": ("Finding", "Severity", "is_ok", "report_json"),
     "gptforge.compat.gpus": ("UnknownGpu", "gpu_cc", "validate_cc"),
-    "gptforge.compat.rules": ("check",),
-    "gptforge.compat.versions": (
+    "gptforge.compat.rules": ("check", "recommend"),
+    "gptforge.core.versions": (
         "CudaVersion", "DriverVersion", "TorchVersion", "VersionError", "format_cc", "parse_cc",
         "parse_clang", "parse_cuda", "parse_cudnn", "parse_driver", "parse_gcc", "parse_nccl",
         "parse_python", "parse_torch",

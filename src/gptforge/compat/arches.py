@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gptforge.compat.versions import VersionError
+from gptforge.core.versions import VersionError
 
 CC = tuple[int, int]
 

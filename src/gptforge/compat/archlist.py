@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from gptforge.compat.arches import CC, Arch, best_cubin
 from gptforge.compat.facts import facts
-from gptforge.compat.versions import CudaVersion, VersionError, format_cc, parse_cuda
+from gptforge.core.versions import CudaVersion, VersionError, format_cc, parse_cuda
 from gptforge.errors import GptforgeError
 
 

@@ -15,7 +15,7 @@ from gptforge.compat.combination import Combination
 from gptforge.compat.facts import Facts, TorchRelease, TorchVariant
 from gptforge.compat.wheels import PROJECT_FIELDS, WheelBuild, read_wheel
 from gptforge.compat.findings import Finding, Severity
-from gptforge.compat.versions import (
+from gptforge.core.versions import (
     CudaVersion,
     DriverVersion,
     TorchVersion,

@@ -14,7 +14,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from gptforge.compat.arches import Arch, parse_arch
-from gptforge.compat.versions import CudaVersion, DriverVersion, parse_cuda, parse_driver
+from gptforge.core.versions import CudaVersion, DriverVersion, parse_cuda, parse_driver
 
 
 def load_table(name: str) -> dict:

@@ -1,4 +1,5 @@
-"""What the compatibility rules say about a combination: findings with stable codes.
+"""What the compatibility rules say about a combination: findings with stable codes, as JSON or as a
+table for people (compat check, doctor).
 
 Finding codes are a public API (tests, docs and users' scripts match on them): never rename one.
 """
@@ -7,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 class Severity(str, Enum):
@@ -16,6 +21,7 @@ class Severity(str, Enum):
 
 
 _RANK = {severity: rank for rank, severity in enumerate(Severity)}
+_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
 @dataclass(frozen=True)
@@ -49,3 +55,17 @@ def is_ok(findings: list[Finding], strict: bool = False) -> bool:
 
 def report_json(findings: list[Finding], strict: bool = False, **extra) -> dict:
     return {"ok": is_ok(findings, strict), "findings": [f.to_json() for f in findings], **extra}
+
+
+def findings_table(findings: list[Finding], title: str) -> Table:
+    """One row per finding. Cells are plain Text: messages quote paths and versions that may hold '[' (rich markup)."""
+    from rich.table import Table  # imported here: every command imports this module, few print a table
+    from rich.text import Text
+
+    table = Table(title=title, title_justify="left", show_lines=True)
+    for column in ("severity", "code", "problem", "fix"):
+        table.add_column(column, overflow="fold")
+    for finding in findings:
+        severity = Text(finding.severity.value, style=_STYLE[finding.severity])
+        table.add_row(severity, Text(finding.code), Text(finding.message), Text(finding.fix or "-"))
+    return table

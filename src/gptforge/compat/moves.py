@@ -17,7 +17,7 @@ from gptforge.compat.combination import Combination
 from gptforge.compat.context import Context, build_context
 from gptforge.compat.facts import Facts
 from gptforge.compat.findings import Finding, Severity
-from gptforge.compat.versions import CudaVersion
+from gptforge.core.versions import CudaVersion
 
 # Errors a different torch build and/or nvcc can resolve.
 MOVABLE = frozenset({

@@ -1,8 +1,9 @@
-"""The project's environments (data/environments.toml) and which one fits a machine."""
+"""The project's environments (data/environments.toml) and which one fits a machine, each judged by
+the rules that ``recommend`` is given (compat.rules gives its own: this module does not import them)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 
@@ -10,7 +11,9 @@ from gptforge.compat.arches import CC, parse_arch, runs_on
 from gptforge.compat.combination import Combination
 from gptforge.compat.facts import load_table
 from gptforge.compat.findings import Finding, Severity
-from gptforge.compat.versions import CudaVersion, DriverVersion, parse_cuda, parse_driver
+from gptforge.core.versions import CudaVersion, DriverVersion, parse_cuda, parse_driver
+
+Judge = Callable[[Combination], list[Finding]]
 
 
 @dataclass(frozen=True)
@@ -121,13 +124,11 @@ class Recommendation:
         }
 
 
-def _judge(env: Environment, driver: str | None, ccs: tuple[CC, ...]) -> Verdict:
-    from gptforge.compat.rules import run_rules
-
+def _judge(env: Environment, driver: str | None, ccs: tuple[CC, ...], judge: Judge) -> Verdict:
     if not env.is_gpu:
         note = "runs everywhere, on the CPU only" + (" (the GPUs would sit idle)" if ccs else "")
         return Verdict(env, True, (note,), ())
-    findings = tuple(run_rules(env.combination(driver, ccs), suggest=False))
+    findings = tuple(judge(env.combination(driver, ccs)))
     errors = [f.message for f in findings if f.severity is Severity.ERROR]
     too_old = any(f.code == "driver-too-old" for f in findings)
     if driver and env.min_driver and parse_driver(driver) < parse_driver(env.min_driver) and not too_old:
@@ -144,11 +145,11 @@ def _rank(verdict: Verdict) -> tuple:
     return (has_warning, -(cuda.major * 100 + cuda.minor) if cuda else 0)
 
 
-def recommend(driver: str | DriverVersion | None, ccs: Iterable[CC] = ()) -> Recommendation:
+def recommend(driver: str | DriverVersion | None, ccs: Iterable[CC], judge: Judge) -> Recommendation:
     """Which of the project's environments fits a machine with this driver and these GPUs, and why."""
     driver_text = str(driver) if driver is not None else None
     ccs = tuple(sorted(set(ccs or ())))
-    verdicts = tuple(_judge(env, driver_text, ccs) for env in environments())
+    verdicts = tuple(_judge(env, driver_text, ccs, judge) for env in environments())
     gpu_fits = sorted((v for v in verdicts if v.fits and v.environment.is_gpu), key=_rank)
     if gpu_fits:
         best = gpu_fits[0]
@@ -160,7 +161,3 @@ def recommend(driver: str | DriverVersion | None, ccs: Iterable[CC] = ()) -> Rec
     why = "; ".join(f"{v.environment.name}: {v.reasons[0]}" for v in verdicts if not v.fits and v.reasons)
     return Recommendation(None, verdicts, f"no CUDA environment fits ({why}); the cpu environment still runs "
                                           "without the GPU")
-
-
-def recommend_environment(driver: DriverVersion | str | None, ccs: Iterable[CC]) -> Environment | None:
-    return recommend(driver, ccs).chosen

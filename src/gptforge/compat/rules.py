@@ -7,16 +7,17 @@ A rule skips what it does not know. ``check`` runs them all and returns the find
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from packaging.version import Version
 
+from gptforge.compat import project_envs
 from gptforge.compat.arches import CC, Arch, best_cubin, parse_arch, ptx_runs_on, runs_on
 from gptforge.compat.combination import Combination
 from gptforge.compat.context import Context, build_context
 from gptforge.compat.facts import facts, release_row
 from gptforge.compat.findings import Finding, Severity, no_data
-from gptforge.compat.versions import CudaVersion, DriverVersion, format_cc, parse_cuda
+from gptforge.core.versions import CudaVersion, DriverVersion, format_cc, parse_cuda
 from gptforge.compat.wheel_rules import rule_wheels
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -32,9 +33,7 @@ def _env_hint(ctx: Context, suggest: bool, *, driver: DriverVersion | None = Non
     """'use the cuda-12-6 environment: pixi run -e cuda-12-6 setup (without pixi: ...)' for this machine."""
     if not suggest:
         return None
-    from gptforge.compat.project_envs import recommend_environment
-
-    env = recommend_environment(driver or ctx.driver, ctx.ccs)
+    env = recommend(driver or ctx.driver, ctx.ccs).chosen
     if env is None or env.cuda is None:
         return None
     return f"use the {env.name} environment: {env.install_hint}"
@@ -612,3 +611,8 @@ def check(combo: Combination) -> list[Finding]:
 
     findings = combine(combo, run_rules(combo, suggest=True), facts(), lambda c: run_rules(c, suggest=False))
     return sorted(findings, key=lambda f: (f.rank, f.code, f.message))
+
+
+def recommend(driver: str | DriverVersion | None, ccs: Iterable[CC] = ()) -> project_envs.Recommendation:
+    """Which of the project's environments fits a machine, each judged by these rules (without hints)."""
+    return project_envs.recommend(driver, ccs, lambda combo: run_rules(combo, suggest=False))

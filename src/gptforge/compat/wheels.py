@@ -20,7 +20,7 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from gptforge.compat.versions import CudaVersion, VersionError, parse_cuda
+from gptforge.core.versions import CudaVersion, VersionError, parse_cuda
 
 _CUDA = re.compile(r"(?:^|[^a-z])cu(\d{2,3})(?=torch|\.|-|$)")
 _TORCH = re.compile(r"torch(\d+)\.(\d+)")

@@ -28,26 +28,14 @@ from typing import Sequence
 
 import numpy as np
 
+from gptforge.core.dataspec import SPLIT_NAMES, split_weights
 from gptforge.data.indexed import IndexedDataset, idx_path
 from gptforge.data.sample_index import build_blending_indices, build_sample_idx
 from gptforge.errors import UsageError
 
-SPLIT_NAMES = ("train", "valid", "test")
 SEPARATE_EPOCH_THRESHOLD = 0.80
 MID_LEVEL_SURPLUS = 0.005  # Megatron's default extra samples per blended component
 CACHE_FORMAT = 1
-
-
-def split_weights(split: str, flag: str = "--split") -> list[float]:
-    """``"949,50,1"`` (or ``949/50/1``) -> three finite non-negative weights, not all 0 (missing ones are 0)."""
-    fix = "e.g. 949,50,1"
-    try:
-        parts = [float(x) for x in split.replace("/", ",").split(",")]
-    except ValueError:
-        raise UsageError(flag, f"{split!r} is not comma-separated numbers", fix) from None
-    if len(parts) > 3 or not all(math.isfinite(p) and p >= 0 for p in parts) or sum(parts) <= 0:
-        raise UsageError(flag, f"{split!r} needs up to three finite, non-negative weights, not all 0", fix)
-    return parts + [0.0] * (3 - len(parts))
 
 
 def parse_split(split: str) -> list[tuple[float, float] | None]:

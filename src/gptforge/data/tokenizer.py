@@ -20,6 +20,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from gptforge.core.dataspec import TOKENIZER_KINDS
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.paths import not_a_file
 from gptforge.storage import write_failed, writing
@@ -28,7 +29,6 @@ EOD_TOKEN = "<|endoftext|>"
 VOCAB_NAME = "vocab.json"
 MERGES_NAME = "merges.txt"
 TRAINED_FILES = (VOCAB_NAME, MERGES_NAME, "tokenizer_meta.json", "tokenizer_config.json")  # what train_bytelevel writes
-KINDS = ("gpt2", "bytelevel")
 PIECE_CHARS = 1 << 20  # longer documents are tokenized piece by piece (see ``pieces``)
 
 
@@ -218,8 +218,8 @@ def load_tokenizer(
     merge_file: str | os.PathLike | None = None,
 ) -> Tokenizer:
     """Load ``gpt2`` (explicit files, a directory, or the packaged originals) or ``bytelevel`` (a directory)."""
-    if kind not in KINDS:
-        raise UsageError("--tokenizer", f"unknown tokenizer {kind!r}", f"choose one of {', '.join(KINDS)}")
+    if kind not in TOKENIZER_KINDS:
+        raise UsageError("--tokenizer", f"unknown tokenizer {kind!r}", f"choose one of {', '.join(TOKENIZER_KINDS)}")
     if (vocab_file is None) != (merge_file is None):
         raise UsageError("--vocab-file", "--vocab-file and --merge-file go together", "give both or neither")
     if vocab_file is None and tokenizer_dir is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gptforge.compat.combination import Combination
-from gptforge.compat.versions import parse_cc
+from gptforge.core.versions import parse_cc
 from gptforge.compat.wheels import installed_builds
 
 

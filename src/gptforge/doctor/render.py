@@ -6,8 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gptforge.compat.findings import Severity
-from gptforge.compat.findings_table import findings_table
+from gptforge.compat.findings import Severity, findings_table
 
 _ABSENT = "-"
 

@@ -10,13 +10,14 @@ import os
 from dataclasses import dataclass, field
 
 from gptforge.compat.findings import Finding, Severity, is_ok
+from gptforge.core.versions import CudaVersion
 from gptforge.links.apply import apply_steps, problems_before_change
 from gptforge.links.families import Version
 from gptforge.links.layout import Layout
 from gptforge.links.plan import Plan, Step, make_plan
 from gptforge.links.record import UndoRecord
 from gptforge.links.undo import run_undo_steps, undo_steps
-from gptforge.links.verify import Loaded, load_versions, runtime_number
+from gptforge.links.verify import Loaded, load_versions
 
 __all__ = ["Result", "fix", "undo", "make_plan", "Layout"]
 
@@ -66,7 +67,7 @@ def _verify(plan: Plan, result: Result) -> None:
     names = ["libcudart.so", chosen.soname]
     paths = [os.path.join(plan.layout.lib, n) for n in names if os.path.lexists(os.path.join(plan.layout.lib, n))]
     result.verified = load_versions(paths)
-    want = runtime_number(plan.cuda)
+    want = CudaVersion(*plan.cuda[:2]).encoded
     for loaded in result.verified:
         if loaded.version != want:
             got = loaded.error or f"cudaRuntimeGetVersion() = {loaded.version}"

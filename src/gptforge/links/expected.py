@@ -46,7 +46,7 @@ def resolve_prefix(given: str | None, environ=os.environ, *, allow_system: bool 
 
 def parse_cuda(text, flag: str = "--cuda") -> Version:
     """(major, minor) by the compatibility engine's CUDA parser: fix-links and compat accept the same forms."""
-    from gptforge.compat.versions import VersionError, parse_cuda as parse
+    from gptforge.core.versions import VersionError, parse_cuda as parse
 
     try:
         if not isinstance(text, str):

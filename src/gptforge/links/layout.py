@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-TARGET_DIR = os.path.join("targets", "x86_64-linux")
+from gptforge.core import TARGET_DIR
+
 # Temporary names of links being created: "<dir>/.gptforge-tmp.<pid>.<name>". A run killed between
 # creating one and renaming it leaves it behind; the next run (or --undo) removes it.
 TMP_MARK = ".gptforge-tmp."

@@ -21,6 +21,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from gptforge.core.versions import CudaVersion
+
 # One JSON line per request ([index, status, values]): paths may hold spaces or any other character.
 _PROBE = """
 import ctypes, json, sys
@@ -61,7 +63,8 @@ class Reading:
         if self.raw is None:
             return None
         if len(self.raw) == 1:
-            return (self.raw[0] // 1000, self.raw[0] % 1000 // 10)
+            cuda = CudaVersion.from_encoded(self.raw[0])
+            return (cuda.major, cuda.minor)
         return self.raw
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gptforge.links.families import Version
 from gptforge.links.libversion import read_versions
 
 
@@ -17,11 +16,6 @@ class Loaded:
     path: str
     version: int | None  # e.g. 13000 for 13.0; None when loading or the call failed
     error: str = ""
-
-
-def runtime_number(cuda: Version) -> int:
-    """The integer cudaRuntimeGetVersion returns for CUDA major.minor."""
-    return cuda[0] * 1000 + cuda[1] * 10
 
 
 def load_versions(paths: list[str]) -> list[Loaded]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gptforge.train.metrics import write_atomic
+from gptforge.storage import write_atomic
 
 
 def write_text(path: Path, text: str) -> None:

@@ -7,12 +7,11 @@ import glob
 import os
 import re
 
+from gptforge.core import TARGET_DIR
 from gptforge.errors import GptforgeError
 
 from gptforge.probe.cudart import describe_libcudart
 from gptforge.probe.nvcc import cuda_home_setting
-
-TARGET_DIR = os.path.join("targets", "x86_64-linux")
 
 
 def _kind(path: str) -> str | None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ctypes
 import os
 
+from gptforge.core.versions import CudaVersion
+
 
 def runtime_version(path: str) -> int | None:
     """``cudaRuntimeGetVersion`` of the libcudart at ``path`` (e.g. 13000), None if it cannot load."""
@@ -24,7 +26,7 @@ def format_runtime_version(encoded: int | None) -> str | None:
     """13000 -> "13.0", 12080 -> "12.8" (CUDA's major*1000 + minor*10 encoding)."""
     if encoded is None:
         return None
-    return f"{encoded // 1000}.{(encoded % 1000) // 10}"
+    return str(CudaVersion.from_encoded(encoded))
 
 
 def mapped_libcudart(maps_path: str = "/proc/self/maps") -> list[str]:

@@ -61,7 +61,7 @@ def probe_nvml() -> dict:
 
 def driver_and_ccs() -> tuple[str, tuple[tuple[int, int], ...]]:
     """This machine's driver version and its GPUs' compute capabilities (what ``compat recommend`` needs)."""
-    from gptforge.compat import parse_cc
+    from gptforge.core.versions import parse_cc
     from gptforge.errors import UsageError
 
     info = probe_nvml()

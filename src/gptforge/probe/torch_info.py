@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 import warnings
 
-from gptforge.compat.versions import parse_cudnn
+from gptforge.core.versions import parse_cudnn
 
 
 def format_cudnn_version(encoded: int | None) -> str | None:

@@ -13,13 +13,14 @@ from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
+from gptforge.core.dataspec import TOKENIZER_KINDS, split_weights
 from gptforge.errors import UsageError
 from gptforge.model.config import ModelConfig
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 MODEL_KEYS = ("num-layers", "hidden-size", "num-attention-heads")  # a config file must say which model
 SEED_LIMIT = 2**32  # numpy's RandomState (the dataset shuffles) takes seeds in [0, 2**32)
-TOKENIZERS = ("default", "gpt2", "bytelevel")
+TOKENIZERS = ("default", *TOKENIZER_KINDS)  # default: the embedded corpus, which brings its own
 
 
 def _key(default, help: str):
@@ -332,8 +333,6 @@ def validate_data_path(data_path: list) -> None:
 
 def validate_split(split: str) -> None:
     """The dataset's split parser, plus what training needs: documents to train on and to validate with."""
-    from gptforge.data.gpt_dataset import split_weights
-
     train, valid, _ = split_weights(split, "split")
     for name, weight in (("training", train), ("validation", valid)):
         if weight <= 0:

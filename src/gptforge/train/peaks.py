@@ -1,10 +1,13 @@
-"""The GPU's dense BF16 peak (the MFU denominator), looked up in configs/gpu_peaks.toml."""
+"""The GPU's dense BF16 peak (the MFU denominator), looked up in configs/gpu_peaks.toml by the
+GPU-name rule of core.gpus."""
 
 from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
+
+from gptforge.core.gpus import longest_matches, words
 
 
 @dataclass(frozen=True)
@@ -25,10 +28,10 @@ def load_table() -> list[dict]:
 
 
 def lookup(device_name: str) -> Peak:
-    for row in load_table():
-        if row["match"] in device_name:
-            return Peak(device_name, row["bf16_tflops"] * 1e12, row["source"])
-    return Peak(device_name, None, "")
+    best = longest_matches(device_name, ((words(row["match"]), row) for row in load_table()))
+    if not best:
+        return Peak(device_name, None, "")
+    return Peak(device_name, best[0]["bf16_tflops"] * 1e12, best[0]["source"])
 
 
 def mfu(flops_per_token: float, tokens_per_second: float, peak: Peak, world_size: int = 1) -> float | None:

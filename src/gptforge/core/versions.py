@@ -1,4 +1,4 @@
-"""Parse the version strings users paste, and write them back in one canonical form.
+"""Parse the version strings users paste and tools print, and write them back in one canonical form.
 
 Accepted forms:
   driver  580.65.06, 570.26, 535.104.05 (kept zero-padded: 580.65.6 -> 580.65.06); a branch, 560;
@@ -108,6 +108,11 @@ class CudaVersion:
         """torch / CUDA runtime encoding: 12.8 -> 12080."""
         return self.major * 1000 + self.minor * 10
 
+    @classmethod
+    def from_encoded(cls, value: int) -> CudaVersion:
+        """12080 -> 12.8: what cudaRuntimeGetVersion, NVML and torch report (major*1000 + minor*10)."""
+        return cls(value // 1000, value % 1000 // 10)
+
     def _key(self) -> tuple[int, int, int]:
         return (self.major, self.minor, self.patch or 0)
 
@@ -134,9 +139,8 @@ def parse_cuda(text: str) -> CudaVersion:
         return CudaVersion(int(match.group(1)), int(match.group(2)))
     if _is_ascii_number(raw) and 4 <= len(raw) <= 5:
         value = int(raw)
-        major, rest = divmod(value, 1000)
-        if rest % 10 == 0 and major >= 7:
-            return CudaVersion(major, rest // 10)
+        if value % 10 == 0 and value >= 7000:
+            return CudaVersion.from_encoded(value)
     raise VersionError(f"{text!r} is not a CUDA version (expected e.g. 12.4, cu126 or 12080)")
 
 

@@ -1,0 +1,36 @@
+"""GPU names as nvidia-smi, NVML, torch or a user writes them, matched by one rule against any table
+of GPU names (compat/data/gpus.toml, configs/gpu_peaks.toml).
+
+The name is lower-cased; '-', '_', '/', '(', ')' and ',' become spaces; the brand words "nvidia",
+"geforce", "tesla" and "quadro" are dropped. A table name matches when its words occur as a contiguous
+run of the name's words; the longest matching table names win. So "NVIDIA H100 80GB HBM3",
+"A100-SXM4-40GB", "rtx 4090" and "NVIDIA RTX 6000 Ada Generation" all resolve, and "GH200" is not "H200".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import TypeVar
+
+_BRAND_WORDS = {"nvidia", "geforce", "tesla", "quadro"}
+V = TypeVar("V")
+
+
+def words(name: str) -> tuple[str, ...]:
+    cleaned = re.sub(r"[-_/(),]+", " ", name.lower())
+    return tuple(w for w in cleaned.split() if w not in _BRAND_WORDS)
+
+
+def _contains(haystack: tuple[str, ...], needle: tuple[str, ...]) -> bool:
+    n = len(needle)
+    return any(haystack[i : i + n] == needle for i in range(len(haystack) - n + 1))
+
+
+def longest_matches(name: str, table: Iterable[tuple[tuple[str, ...], V]]) -> list[V]:
+    """The values of the rows whose key (a table name's ``words``) matches ``name``, the longest keys
+    only, in table order; [] when none matches."""
+    target = words(name)
+    found = [(len(key), value) for key, value in table if key and _contains(target, key)]
+    longest = max((n for n, _ in found), default=0)
+    return [value for n, value in found if n == longest]

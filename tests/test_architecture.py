@@ -1,0 +1,101 @@
+"""Every import in src/gptforge goes a way docs/architecture.md allows, and no two modules import each other.
+
+The allowed directions are read from the table in docs/architecture.md, so the page and the check
+cannot disagree. Imports are read with ``ast``: those inside functions count as much as those at the top.
+"""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "gptforge"
+ENTRY_POINT = "__main__"  # gptforge/__main__.py and a package's __main__.py may import the cli
+
+
+def allowed_imports() -> dict[str, set[str]]:
+    """package -> the packages it may import, from the table in docs/architecture.md."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\w+) \| .+ \| ([\w, ]+) \|$", text, re.MULTILINE)
+    return {package: {p.strip() for p in allowed.split(",")} for package, allowed in rows[1:]}  # [0]: the header
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_of(module: str) -> str:
+    """gptforge.compat.rules -> compat; gptforge.errors and gptforge itself -> base."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (SRC / parts[1]).is_dir() else "base"
+
+
+def imported_modules(source: str, module: str, is_package: bool) -> list[tuple[int, str]]:
+    """(line, gptforge name) for every import of gptforge in ``source``, relative ones resolved; a name
+    from ``from M import N`` is M.N, a module or not."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")[: len(module.split(".")) - node.level + is_package]
+                base = ".".join(anchor + ([base] if base else []))
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+    return [(line, name) for line, name in found if name == "gptforge" or name.startswith("gptforge.")]
+
+
+def violations(source: str, module: str, is_package: bool, allowed: dict[str, set[str]]) -> list[str]:
+    package = package_of(module)
+    entry = module.rsplit(".", 1)[-1] == ENTRY_POINT
+    may = allowed[package] | {package} | ({"cli"} if entry else set())
+    return [f"{module}:{line} imports {name} ({package} may import {', '.join(sorted(allowed[package]))})"
+            for line, name in imported_modules(source, module, is_package) if package_of(name) not in may]
+
+
+def source_modules() -> list[tuple[str, str, bool]]:
+    return [(module_name(p), p.read_text(encoding="utf-8"), p.name == "__init__.py") for p in sorted(SRC.rglob("*.py"))]
+
+
+def test_the_table_names_every_package():
+    packages = {p.name for p in SRC.iterdir() if p.is_dir() and any(p.glob("*.py"))}
+    allowed = allowed_imports()
+    assert set(allowed) == packages | {"base"}
+    assert all(may <= set(allowed) for may in allowed.values())
+
+
+def test_every_import_goes_a_way_the_architecture_allows():
+    allowed = allowed_imports()
+    found = [v for module, source, is_package in source_modules() for v in violations(source, module, is_package, allowed)]
+    assert not found, "\n".join(found)
+
+
+def test_no_two_modules_import_each_other():
+    modules = source_modules()
+    names = {module for module, _, _ in modules}
+    graph: dict[str, set[str]] = {}
+    for module, source, is_package in modules:
+        targets = {name if name in names else name.rsplit(".", 1)[0] for _, name in imported_modules(source, module, is_package)}
+        graph[module] = {t for t in targets if t in names and t != module}
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as err:
+        pytest.fail(f"import cycle: {' -> '.join(err.args[1])}")
+
+
+@pytest.mark.parametrize("source,module", [
+    ("from gptforge.train.config import TrainConfig", "gptforge.core.versions"),
+    ("def f():\n    from gptforge.cli import main", "gptforge.compat.rules"),
+    ("from gptforge import doctor", "gptforge.probe.nvml"),
+    ("from ..cli import main", "gptforge.links.plan"),
+    ("import gptforge.compat.rules", "gptforge.errors"),
+])
+def test_an_import_against_the_table_is_reported(source, module):
+    assert violations(source, module, False, allowed_imports())
