@@ -5,6 +5,7 @@ Finding codes are a public API (tests, docs and users' scripts match on them): n
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from enum import Enum
 
@@ -34,6 +35,12 @@ class Finding:
     def rank(self) -> int:
         """0 for an error, 1 for a warning, 2 for info: sort by it to list errors first."""
         return _RANK[self.severity]
+
+
+def unique(findings: Iterable[Finding]) -> list[Finding]:
+    """Each finding once, in first-seen order. Two findings are the same only when every field is: one code
+    may carry two problems (gcc and nvcc both too old for torch's C++ standard), and each must be shown."""
+    return list(dict.fromkeys(findings))
 
 
 def is_ok(findings: list[Finding], strict: bool = False) -> bool:

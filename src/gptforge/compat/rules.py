@@ -16,7 +16,7 @@ from gptforge.compat.arches import CC, Arch, best_cubin, parse_arch, ptx_runs_on
 from gptforge.compat.combination import Combination
 from gptforge.compat.context import Context, build_context
 from gptforge.compat.facts import facts
-from gptforge.compat.findings import Finding, Severity
+from gptforge.compat.findings import Finding, Severity, unique
 from gptforge.compat.versions import CudaVersion, DriverVersion, format_cc, parse_cuda
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -571,8 +571,7 @@ def run_rules(combo: Combination, *, suggest: bool = True) -> list[Finding]:
     found = list(ctx.problems)
     for rule in RULES:
         found.extend(rule(ctx, suggest))
-    unique = {(f.code, f.severity, f.message, f.fix): f for f in found}
-    return sorted(unique.values(), key=lambda f: (f.rank, f.code, f.message))
+    return sorted(unique(found), key=lambda f: (f.rank, f.code, f.message))
 
 
 def check(combo: Combination) -> list[Finding]:
