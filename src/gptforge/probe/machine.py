@@ -119,22 +119,19 @@ class ApexExtension:
 
 
 @dataclass(frozen=True)
-class Apex:
+class Package:
+    """A Python distribution (DeepSpeed as it is; apex and TransformerEngine say more)."""
     installed: bool
     version: str | None
+
+
+@dataclass(frozen=True)
+class Apex(Package):
     extensions: dict[str, ApexExtension]
 
 
 @dataclass(frozen=True)
-class DeepSpeed:
-    installed: bool
-    version: str | None
-
-
-@dataclass(frozen=True)
-class TransformerEngine:
-    installed: bool
-    version: str | None
+class TransformerEngine(Package):
     packages: dict[str, str]
     import_ok: bool | None
     import_error: str | None
@@ -151,7 +148,7 @@ class Machine:
     torch: Torch
     libcudart_loaded: list[Libcudart]
     apex: Apex
-    deepspeed: DeepSpeed
+    deepspeed: Package
     transformer_engine: TransformerEngine
     env: dict[str, str | None]
 
