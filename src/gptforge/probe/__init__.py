@@ -32,7 +32,7 @@ def _default_host(nvcc: dict) -> str | None:
 
 
 def probe_machine(env: dict | None = None) -> Machine:
-    """Everything doctor looks at.
+    """Everything the doctor and the build preflight look at.
 
     Order matters: torch, apex's extensions and TransformerEngine are imported first, then the
     process's libcudart maps are read (what training would load), and only then does the CUDA-root
