@@ -186,3 +186,12 @@ def test_bad_usage_is_one_line_exit_2(cli, tmp_path):
     _one_line_usage_error(bad_src, "is not an apex source tree")
     not_deepspeed = cli("build", "deepspeed-ops", "--src", str(tmp_path), "--dry-run", env=_env(tmp_path))
     _one_line_usage_error(not_deepspeed, "is not a DeepSpeed source tree")
+
+
+def test_build_helpers_is_a_build_command():
+    from gptforge.cli import build_parser, modules_for
+
+    argv = ["build", "helpers", "--force"]
+    assert modules_for(argv) == ("build",)
+    args = build_parser(modules_for(argv)).parse_args(argv)
+    assert args.func.__module__ == "gptforge.cli.build" and args.force is True

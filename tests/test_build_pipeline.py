@@ -9,6 +9,7 @@ import shutil
 import sysconfig
 import subprocess
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -62,8 +63,7 @@ def fake_apex(tmp_path) -> Path:
 
 
 def toolchain() -> Toolchain:
-    return Toolchain(torch_version="2.11.0", torch_cuda="13.0", nvcc_version="13.0", nvcc_toolkit_root=None,
-                     cuda_home=None, cuda_home_source=None, gcc_version="12.2.0", gcc_kind="gcc", ccs=("9.0",))
+    return Toolchain(torch_version="2.11.0", torch_cuda="13.0", nvcc_version="13.0", cuda_home=None, ccs=("9.0",))
 
 
 def built_modules(wheel: Path) -> set[str]:
@@ -154,3 +154,20 @@ def test_build_log_progress_and_error_line(tmp_path):
     assert last_error(log) == "RuntimeError: Error compiling objects for extension"
     log.write_text("ninja: build stopped\n  csrc/a.cu(3): error: identifier \"foo\" is undefined\n  FAILED: a.o\n")
     assert last_error(log).startswith("csrc/a.cu(3): error")
+
+
+def test_preflight_shows_every_finding_of_one_code():
+    """torch 2.13+cu126 with nvcc 11.8 and gcc 9: gcc and nvcc both lack C++20, and the preflight says both,
+    so fixing gcc does not lead to a second failed build on nvcc."""
+    from gptforge.build import preflight
+    from gptforge.probe import probe_machine
+    from gptforge.probe.machine import Compiler
+
+    here = probe_machine()
+    machine = replace(here, torch=replace(here.torch, installed=True, version="2.13.0+cu126", cuda="12.6", arch_list=[],
+                                          error=None),
+                      nvcc=replace(here.nvcc, version="11.8"),
+                      compilers=replace(here.compilers, nvcc_host=Compiler("g++-9", "CC", "/usr/bin/g++-9", "gcc", "9.5.0", None)))
+    cxx = [f.message for f in preflight.apex_findings(machine) if f.code == "cxx-standard-unsupported"]
+    assert len(cxx) == 2, cxx
+    assert any("gcc 9.5.0" in m for m in cxx) and any("nvcc 11.8" in m for m in cxx)

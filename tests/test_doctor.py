@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import subprocess
+import typing
 from importlib import resources
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from conftest import gptforge_executable
 from gptforge.compat.findings import Severity
 from gptforge.doctor import fp8_usable, rule_findings
 from gptforge.doctor.checks import live_findings
+from gptforge.probe.machine import Machine
 from test_compat_examples import documented_codes, emitted_codes
 from test_probe import NVCC, TOOLKIT, _real_nvcc_release, conda_like_prefix, needs_cudart, needs_nvcc
 
@@ -239,29 +242,29 @@ def _severity(findings, code):
 
 def test_rule_loaded_runtime_older_than_torch_is_an_error(machine):
     m = _gpu_machine(machine, "13.0", ["/env/lib/libcudart.so.12.4=12.4"])
-    assert _severity(live_findings(m), "libcudart-version-mismatch") == {Severity.ERROR}
+    assert _severity(live_findings(Machine.from_json(m)), "libcudart-version-mismatch") == {Severity.ERROR}
 
 
 def test_rule_loaded_runtime_newer_minor_is_a_warning(machine):
     m = _gpu_machine(machine, "13.0", ["/env/lib/libcudart.so.13=13.2"])
-    assert _severity(live_findings(m), "libcudart-version-mismatch") == {Severity.WARNING}
+    assert _severity(live_findings(Machine.from_json(m)), "libcudart-version-mismatch") == {Severity.WARNING}
 
 
 def test_rule_matching_runtime_is_quiet(machine):
     m = _gpu_machine(machine, "13.0", ["/env/lib/libcudart.so.13=13.0"])
-    assert not {f.code for f in live_findings(m)} & {"libcudart-version-mismatch", "libcudart-multiple"}
+    assert not {f.code for f in live_findings(Machine.from_json(m))} & {"libcudart-version-mismatch", "libcudart-multiple"}
 
 
 def test_rule_two_runtime_majors_in_one_process_is_an_error(machine):
     m = _gpu_machine(machine, "13.0", ["/a/libcudart.so.13=13.0", "/b/libcudart.so.12=12.8"])
-    assert _severity(live_findings(m), "libcudart-multiple") == {Severity.ERROR}
+    assert _severity(live_findings(Machine.from_json(m)), "libcudart-multiple") == {Severity.ERROR}
 
 
 def test_rule_cpu_torch_on_a_gpu_machine_is_left_to_the_engine(machine):
     m = _gpu_machine(machine, None, [])
     m["torch"]["version"] = "2.13.0+cpu"
-    assert "torch-cpu-only" not in {f.code for f in live_findings(m)}
-    assert "torch-cpu-build" in {f.code for f in rule_findings(m)}
+    assert "torch-cpu-only" not in {f.code for f in live_findings(Machine.from_json(m))}
+    assert "torch-cpu-build" in {f.code for f in rule_findings(Machine.from_json(m))}
 
 
 def test_rule_unreadable_cuda_home_is_an_error(machine):
@@ -270,7 +273,7 @@ def test_rule_unreadable_cuda_home_is_an_error(machine):
                           cuda_runtime_h=None, headers_only_in_targets=False, libcudart=None)
     m["nvcc"]["cuda_home"] = {"path": "/opt/cuda/bin/nvcc", "real_path": None, "version": None, "toolkit_root": None,
                               "host_compiler": None, "error": "/opt/cuda/bin/nvcc does not exist or is not executable"}
-    found = [f for f in live_findings(m) if f.code.startswith("cuda-home")]
+    found = [f for f in live_findings(Machine.from_json(m)) if f.code.startswith("cuda-home")]
     assert [(f.code, f.severity) for f in found] == [("cuda-home-unreadable", Severity.ERROR)]
 
 
@@ -279,17 +282,17 @@ def test_rule_nvcc_disagreement(machine):
     entry = {"path": "/opt/cuda-12.4/bin/nvcc", "real_path": "/opt/cuda-12.4/bin/nvcc", "version": "12.4",
              "toolkit_root": "/opt/cuda-12.4", "host_compiler": "gcc", "error": None}
     m["nvcc"].update(cuda_home=entry, path={**entry, "path": "/usr/bin/nvcc", "version": "13.0"}, agree=False)
-    finding = next(f for f in live_findings(m) if f.code == "nvcc-path-disagree")
+    finding = next(f for f in live_findings(Machine.from_json(m)) if f.code == "nvcc-path-disagree")
     assert finding.severity == Severity.WARNING and "12.4" in finding.message and "13.0" in finding.message
 
 
 def test_fp8_usable_follows_the_engine(machine):
     hopper = _gpu_machine(machine, "13.0", [])
-    assert fp8_usable(hopper, rule_findings(hopper)) is True
+    assert fp8_usable(Machine.from_json(hopper), rule_findings(Machine.from_json(hopper))) is True
     ampere = copy.deepcopy(hopper)
     ampere["driver"]["gpus"][0].update(name="NVIDIA A100-SXM4-80GB", compute_capability="8.0")
-    assert fp8_usable(ampere, rule_findings(ampere)) is False
-    assert fp8_usable(machine, []) is (None if not machine["driver"]["gpus"] else True)
+    assert fp8_usable(Machine.from_json(ampere), rule_findings(Machine.from_json(ampere))) is False
+    assert fp8_usable(Machine.from_json(machine), []) is (None if not machine["driver"]["gpus"] else True)
 
 
 def test_every_doctor_code_is_documented():
@@ -298,3 +301,36 @@ def test_every_doctor_code_is_documented():
     assert "cuda-home-no-lib64" in emitted and len(emitted) >= 20
     assert emitted == documented_codes(REPO / "docs/doctor.md", "Findings the doctor adds (live-machine checks)")
     assert not emitted & emitted_codes(REPO / "src/gptforge/compat")
+
+
+def _schema_node(node: dict) -> dict:
+    """A schema node with its $ref followed and its object branch of a oneOf taken."""
+    if "$ref" in node:
+        return _schema_node(SCHEMA["$defs"][node["$ref"].rsplit("/", 1)[1]])
+    if "oneOf" in node:
+        return _schema_node(next(branch for branch in node["oneOf"] if branch.get("type") != "null"))
+    return node
+
+
+def _dataclass_in(hint):
+    """The dataclass a field holds: itself, or inside ``X | None``, ``list[X]``, ``dict[str, X]``."""
+    if dataclasses.is_dataclass(hint):
+        return hint
+    return next((found for arg in typing.get_args(hint) if (found := _dataclass_in(arg))), None)
+
+
+def _assert_fields_are_schema(cls, node: dict, where: str) -> None:
+    node = _schema_node(node)
+    assert {f.name for f in dataclasses.fields(cls)} == set(node["properties"]), where
+    for name, hint in typing.get_type_hints(cls).items():
+        if inner := _dataclass_in(hint):
+            child = node["properties"][name]
+            child = child.get("items") or child.get("additionalProperties") or child
+            _assert_fields_are_schema(inner, child, f"{where}.{name}")
+
+
+def test_typed_machine_is_the_schema_and_reads_the_json_back(machine):
+    _assert_fields_are_schema(Machine, SCHEMA["$defs"]["machine"], "machine")
+    typed = Machine.from_json(machine)
+    assert typed.to_json() == machine
+    assert typed.combination().python == ".".join(machine["python"]["version"].split(".")[:2])

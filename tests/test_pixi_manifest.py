@@ -14,7 +14,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from gptforge.build.pins import apex_pin
+from gptforge.build.source import apex_pin
 from gptforge.compat.project_envs import environments
 
 rattler = pytest.importorskip("rattler", reason="py-rattler (the test extra) parses conda specs")

@@ -111,3 +111,12 @@ def test_a_ten_step_smoke_run_just_works(tmp_path, cache):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done: 10 steps, validation loss" in proc.stdout and "nan" not in proc.stdout
     assert "estimate on cpu: at least" in proc.stdout and "hopeless" not in proc.stdout
+
+
+def test_overrides_sit_before_between_and_after_options():
+    from gptforge.cli import build_parser, modules_for
+
+    argv = ["train", "lr=1e-3", "--config", "gpt2-tiny", "seq-length=32", "--json", "train-iters=5"]
+    args = build_parser(modules_for(argv)).parse_args(argv)
+    assert args.overrides == ["lr=1e-3", "seq-length=32", "train-iters=5"]
+    assert args.config == "gpt2-tiny" and args.json is True

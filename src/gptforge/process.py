@@ -49,3 +49,13 @@ def run_bounded(args: list[str], timeout: float) -> Outcome:
         proc.communicate()
         return Outcome(-1, "", f"timed out after {timeout:g} s (killed)", timed_out=True)
     return Outcome(proc.returncode, out, err)
+
+
+TOOL_TIMEOUT_S = 10  # `--version` of nvcc or a compiler answers in well under a second; probes run in parallel
+
+
+def run_tool(args: list[str]) -> tuple[int, str, str]:
+    """A tool asked about itself (nvcc, a compiler): (exit status, stdout, stderr); never raises, gives up after
+    a short timeout, reads output that is not UTF-8. Status -1 with the reason as stderr when it cannot run."""
+    done = run_bounded(args, TOOL_TIMEOUT_S)
+    return done.code, done.stdout, done.stderr

@@ -15,9 +15,8 @@ from packaging.version import Version
 from gptforge.build import jobs
 from gptforge.build.cache import cache_key, default_cache_root
 from gptforge.build.flags import CORE_FLAGS, select_flags
-from gptforge.build.pins import apex_pin
 from gptforge.build.runner import run_logged
-from gptforge.build.source import COMMIT_RE, ApexSource, clone, local_source
+from gptforge.build.source import COMMIT_RE, ApexSource, apex_pin, clone, local_source
 from gptforge.build.toolchain import Toolchain
 from gptforge.build.wheels import cached_wheel
 from gptforge.core.versions import parse_cc
@@ -56,7 +55,6 @@ class ApexRequest:
     arch: str | None = None
     jobs: int | None = None
     cache_root: Path | None = None
-    force: bool = False
     all_contrib: bool = False
     extensions: tuple[str, ...] = ()  # a subset of the extensions the flags declare; () = all of them
 

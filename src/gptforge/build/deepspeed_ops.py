@@ -22,8 +22,8 @@ from packaging.version import InvalidVersion, Version
 from gptforge.build import jobs
 from gptforge.build.apex import choose_arch_list
 from gptforge.build.cache import cache_key, default_cache_root
-from gptforge.build.pins import deepspeed_pin
 from gptforge.build.runner import run_logged
+from gptforge.build.source import deepspeed_pin
 from gptforge.build.toolchain import Toolchain
 from gptforge.build.wheels import cached_wheel
 from gptforge.errors import GptforgeError, UsageError

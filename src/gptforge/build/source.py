@@ -1,4 +1,5 @@
-"""Where apex's source comes from (``--src`` or a git clone of a commit) and what its setup.py supports."""
+"""Where apex's source comes from (``--src`` or a git clone of a commit) and what its setup.py supports; the
+pinned native-build sources (pins.toml: data, updated deliberately)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import os
 import re
 import shutil
 import subprocess
+import tomllib
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from pathlib import Path
 
 from gptforge.errors import GptforgeError, UsageError
@@ -16,12 +20,24 @@ from gptforge.errors import GptforgeError, UsageError
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
 
+@cache
+def pins() -> dict:
+    return tomllib.loads(resources.files("gptforge.build").joinpath("pins.toml").read_text())
+
+
+def apex_pin() -> dict:
+    return pins()["apex"]
+
+
+def deepspeed_pin() -> dict:
+    return pins()["deepspeed"]
+
+
 @dataclass(frozen=True)
 class ApexSource:
     path: Path
     commit: str | None  # git HEAD of the tree; None for a copy that is not a git checkout
     source_id: str  # the commit, or "sha256:<digest of the tree>" when there is none (cache key input)
-    origin: str  # "src" | "git"
     env_to_flag: dict[str, str] | None  # setup.py's ENV_TO_FLAG, None on apex that predates it
     parallel_build: bool  # setup.py reads APEX_PARALLEL_BUILD
 
@@ -77,7 +93,7 @@ def local_source(src: Path) -> ApexSource:
         source_id = f"{commit}+sha256:{tree_digest(src)}"
     else:
         source_id = commit
-    return ApexSource(src, commit, source_id, "src", env_to_flag, parallel)
+    return ApexSource(src, commit, source_id, env_to_flag, parallel)
 
 
 def clone(repo: str, commit: str, dest: Path) -> ApexSource:
@@ -106,4 +122,4 @@ def clone(repo: str, commit: str, dest: Path) -> ApexSource:
             shutil.rmtree(dest, ignore_errors=True)
             os.replace(tmp, dest)
     env_to_flag, parallel = read_setup(dest / "setup.py")
-    return ApexSource(dest, commit, commit, "git", env_to_flag, parallel)
+    return ApexSource(dest, commit, commit, env_to_flag, parallel)

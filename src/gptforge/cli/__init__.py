@@ -23,7 +23,7 @@ MODULES_OF_COMMAND = {
     "fix-links": ("links",),
     "prepare": ("data",),
     "data": ("data",),
-    "build": ("data", "build"),
+    "build": ("build",),
     "train": ("train",),
     "sample": ("train",),
     "lock": ("lock",),
@@ -34,12 +34,24 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line and exit status 2.
 
     Abbreviated long options are refused: scripts written against ``--json`` must not start meaning
-    something else when a later release adds ``--json-schema``.
+    something else when a later release adds ``--json-schema``. ``intermixed=True`` (``add_parser`` passes
+    it on) lets positionals such as KEY=VALUE overrides sit before, between and after options; argparse
+    alone takes one run of them.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, intermixed: bool = False, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        self._intermixed = intermixed
+
+    def parse_known_args(self, args=None, namespace=None):
+        if not self._intermixed:
+            return super().parse_known_args(args, namespace)
+        self._intermixed = False  # parse_known_intermixed_args parses through this method, twice
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixed = True
 
     def error(self, message: str) -> None:  # noqa: D401 - argparse API
         sys.stderr.write(printable(f"{self.prog}: error: {message} (see '{self.prog} --help')") + "\n")

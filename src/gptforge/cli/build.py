@@ -1,15 +1,16 @@
-"""CLI for `gptforge build apex` and `gptforge build deepspeed-ops` (argument parsing and output only)."""
+"""CLI for `gptforge build helpers|apex|deepspeed-ops` (argument parsing and output only; the build itself is
+gptforge.build.pipeline and gptforge.build.helpers)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
+from gptforge.build.pipeline import BuildOptions, Outcome, Show, build_apex, build_deepspeed
 from gptforge.cli import group
-from gptforge.compat.findings import Finding, is_ok
+from gptforge.compat.findings import Finding
 from gptforge.errors import UsageError
 
 EPILOG_APEX = """\
@@ -23,6 +24,13 @@ Exit status: 0 built/installed and verified, 1 a preflight finding or a failed b
 
 def register(subparsers, groups) -> None:
     builds = group(subparsers, groups, "build", "Compile native components")
+    helpers = builds.add_parser("helpers", help="compile the dataset helpers (C++) for this Python",
+                                description="Compile gptforge/data/helpers.cpp with g++ and pybind11 for the running "
+                                            "interpreter into a cache keyed by source hash and ABI; a second run "
+                                            "finds it there and compiles nothing.")
+    helpers.add_argument("--force", action="store_true", help="compile even when the cache has it")
+    helpers.add_argument("--json", action="store_true", help="print one JSON object")
+    helpers.set_defaults(func=run_build_helpers)
     apex = builds.add_parser("apex", help="build NVIDIA apex (pinned commit) into a shared wheel cache and install it",
                              description="Build NVIDIA apex's CUDA extensions once per toolchain, cache and install the wheel.",
                              epilog=EPILOG_APEX, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -78,117 +86,59 @@ def _extensions(text: str | None) -> tuple[str, ...]:
     return names
 
 
-def _toolchain(args):
-    from gptforge.build.toolchain import probe_toolchain
+class _Printed(Show):
+    """The progress of a build as text: the plan on stdout, findings and checks on stderr."""
 
-    return probe_toolchain().as_if_torch_cuda(args.torch_cuda)
-
-
-def _print_findings(findings: list[Finding]) -> None:
-    for f in findings:
-        line = f"{f.severity.value:7} [{f.code}] {f.message}"
-        print(line + (f"\n        fix: {f.fix}" if f.fix else ""), file=sys.stderr)
-
-
-def _verify(package: str, extra: list[str]) -> dict:
-    out = subprocess.run([sys.executable, "-m", "gptforge.build.verify", package, *extra], capture_output=True, text=True)
-    try:
-        return json.loads(out.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        return {"ok": False, "results": [{"check": "verification", "ok": False, "error": (out.stderr or out.stdout)[-400:]}]}
-
-
-def _print_verify(report: dict) -> None:
-    for r in report["results"]:
-        detail = f" max|diff|={r['max_abs_diff']:.2e} (atol {r['atol']}, rtol {r['rtol']})" if "max_abs_diff" in r else ""
-        err = f" {r['error']}" if r.get("error") else ""
-        print(f"  {'ok  ' if r['ok'] else 'FAIL'} {r['check']}{detail}{err}", file=sys.stderr)
-
-
-def _finish(args, payload: dict, ok: bool) -> int:
-    if args.json:
-        print(json.dumps(payload, indent=2, default=str))
-    return 0 if ok else 1
-
-
-def _verify_only(args, package: str, extra: list[str]) -> int:
-    report = _verify(package, extra)
-    if not args.json:
-        _print_verify(report)
-    return _finish(args, {"ok": report["ok"], "verify": report}, report["ok"])
-
-
-def _plan_or_findings(args, findings: list[Finding], make_plan):
-    """The plan; when there is no arch to default to (no GPU...) but the toolchain already failed, report
-    the toolchain first. A bad flag value is reported as such whatever the toolchain says."""
-    from gptforge.build.apex import NoDefaultArch
-
-    try:
-        return make_plan(), None
-    except NoDefaultArch:
-        if is_ok(findings):
-            raise
-        if not args.json:
-            _print_findings(findings)
-        return None, _finish(args, {"ok": False, "findings": [f.to_json() for f in findings]}, False)
-
-
-def _execute(args, findings: list[Finding], plan, text: str, build, package: str, verify_args: list[str]) -> int:
-    """Shared tail of both commands: show, gate on the preflight, build or stop at the plan, verify."""
-    payload = {"plan": plan.to_json(), "findings": [f.to_json() for f in findings]}
-    if not args.json:
+    def plan(self, text: str) -> None:
         print(text)
-        _print_findings(findings)
-    if not is_ok(findings):
-        if not args.json:
-            print("gptforge: preflight failed: fix the errors above, then re-run", file=sys.stderr)
-        return _finish(args, {"ok": False, **payload}, False)
-    if args.dry_run:
-        return _finish(args, {"ok": True, **payload}, True)
-    payload["result"] = build()
-    ok = True
-    if not (args.no_verify or args.no_install):
-        payload["verify"] = report = _verify(package, verify_args)
-        ok = report["ok"]
-        if not args.json:
-            _print_verify(report)
-    return _finish(args, {"ok": ok, **payload}, ok)
+
+    def findings(self, findings: list[Finding]) -> None:
+        for f in findings:
+            line = f"{f.severity.value:7} [{f.code}] {f.message}"
+            print(line + (f"\n        fix: {f.fix}" if f.fix else ""), file=sys.stderr)
+
+    def preflight_failed(self) -> None:
+        print("gptforge: preflight failed: fix the errors above, then re-run", file=sys.stderr)
+
+    def verify(self, report: dict) -> None:
+        for r in report["results"]:
+            detail = f" max|diff|={r['max_abs_diff']:.2e} (atol {r['atol']}, rtol {r['rtol']})" if "max_abs_diff" in r else ""
+            err = f" {r['error']}" if r.get("error") else ""
+            print(f"  {'ok  ' if r['ok'] else 'FAIL'} {r['check']}{detail}{err}", file=sys.stderr)
+
+
+def _options(args) -> BuildOptions:
+    return BuildOptions(arch=args.arch, jobs=args.jobs, cache=args.cache, force=args.force, no_install=args.no_install,
+                        no_verify=args.no_verify, dry_run=args.dry_run, torch_cuda=args.torch_cuda, quiet=args.json)
+
+
+def _finish(args, outcome: Outcome) -> int:
+    if args.json:
+        print(json.dumps(outcome.report, indent=2, default=str))
+    return 0 if outcome.ok else 1
 
 
 def run_apex(args) -> int:
-    from gptforge.build import apex, preflight
-    from gptforge.build.pins import apex_pin
-
-    modules = ",".join(apex_pin()["required_imports"])
-    if args.verify_only:
-        return _verify_only(args, "apex", ["--modules", modules])
-    tc = _toolchain(args)
-    findings = preflight.apex_findings(tc, args.ref) + preflight.transformer_engine_findings(tc)
-    req = apex.ApexRequest(src=args.src, ref=args.ref, arch=args.arch, jobs=args.jobs, cache_root=args.cache,
-                           force=args.force, all_contrib=args.all_contrib,
-                           extensions=_extensions(args.extensions))
-    planned, failed = _plan_or_findings(args, findings, lambda: apex.plan_apex(req, tc))
-    if planned is None:
-        return failed
-    plan, src = planned
-    return _execute(args, findings, plan, apex.plan_text(plan),
-                    lambda: apex.build_and_install(plan, src, force=args.force, quiet=args.json, install=not args.no_install),
-                    "apex", ["--modules", ",".join(plan.expected_extensions) or modules])
+    extensions = () if args.verify_only else _extensions(args.extensions)
+    return _finish(args, build_apex(_options(args), Show() if args.json else _Printed(), src=args.src, ref=args.ref,
+                                    all_contrib=args.all_contrib, extensions=extensions, verify=args.verify_only))
 
 
 def run_deepspeed(args) -> int:
-    from gptforge.build import deepspeed_ops, preflight
+    return _finish(args, build_deepspeed(_options(args), Show() if args.json else _Printed(), ops=args.ops,
+                                         src=args.src, version=args.ds_version, verify=args.verify_only))
 
-    ops = deepspeed_ops.parse_ops(args.ops)
-    if args.verify_only:
-        return _verify_only(args, "deepspeed", ["--ops", ",".join(ops)])
-    tc = _toolchain(args)
-    source = deepspeed_ops.resolve_source(args.src, args.ds_version)
-    findings = preflight.deepspeed_findings(tc, source.version)
-    plan, failed = _plan_or_findings(args, findings, lambda: deepspeed_ops.plan_deepspeed(
-        ops, tc, source=source, arch=args.arch, jobs_n=args.jobs, cache_root=args.cache))
-    if plan is None:
-        return failed
-    return _execute(args, findings, plan, deepspeed_ops.plan_text(plan),
-                    lambda: deepspeed_ops.build_and_install(plan, force=args.force, quiet=args.json, install=not args.no_install),
-                    "deepspeed", ["--ops", ",".join(ops)])
+
+def run_build_helpers(args) -> int:
+    from gptforge.build.helpers import build_helpers
+
+    result = build_helpers(force=args.force)
+    report = {"path": str(result.path), "key": result.key, "built": result.built, "seconds": round(result.seconds, 3),
+              "command": result.command}
+    if args.json:
+        print(json.dumps(report, indent=2))
+    elif result.built:
+        print(f"compiled dataset helpers in {result.seconds:.1f} s: {result.path}")
+    else:
+        print(f"dataset helpers already built for this Python: {result.path}")
+    return 0

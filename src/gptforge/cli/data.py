@@ -1,4 +1,4 @@
-"""CLI for the data commands: ``prepare``, ``data inspect``, ``data merge``, ``build helpers``."""
+"""CLI for the data commands: ``prepare``, ``data inspect``, ``data merge``."""
 
 from __future__ import annotations
 
@@ -41,14 +41,6 @@ def register(subparsers, groups) -> None:
     merge.add_argument("--output-prefix", required=True, help="prefix of the merged dataset")
     merge.add_argument("--json", action="store_true", help="print one JSON object")
     merge.set_defaults(func=run_merge)
-    build = group(subparsers, groups, "build", "Compile native components")
-    helpers = build.add_parser("helpers", help="compile the dataset helpers (C++) for this Python",
-                               description="Compile gptforge/data/helpers.cpp with g++ and pybind11 for the running "
-                                           "interpreter into a cache keyed by source hash and ABI; a second run "
-                                           "finds it there and compiles nothing.")
-    helpers.add_argument("--force", action="store_true", help="compile even when the cache has it")
-    helpers.add_argument("--json", action="store_true", help="print one JSON object")
-    helpers.set_defaults(func=run_build_helpers)
 
 
 def _register_prepare(subparsers) -> None:
@@ -169,17 +161,3 @@ def run_merge(args) -> int:
           f"wrote {args.output_prefix}.bin/.idx: {ds.num_documents:,} documents, {ds.num_tokens:,} tokens")
     return 0
 
-
-def run_build_helpers(args) -> int:
-    from gptforge.build.helpers import build_helpers
-
-    result = build_helpers(force=args.force)
-    report = {"path": str(result.path), "key": result.key, "built": result.built, "seconds": round(result.seconds, 3),
-              "command": result.command}
-    if args.json:
-        print(json.dumps(report, indent=2))
-    elif result.built:
-        print(f"compiled dataset helpers in {result.seconds:.1f} s: {result.path}")
-    else:
-        print(f"dataset helpers already built for this Python: {result.path}")
-    return 0

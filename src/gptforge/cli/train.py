@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
-
-from gptforge.errors import UsageError
 
 TRAIN_HELP = "pretrain a GPT-2 (embedded corpus by default); torchrun / deepspeed / srun launch it on many GPUs"
 TRAIN_EPILOG = """\
@@ -23,28 +20,9 @@ overrides are Megatron-style config keys: key=value (see --list-keys); unknown k
 """
 
 
-def intermixed(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Let KEY=VALUE overrides sit before, between and after options (argparse alone takes one run)."""
-
-    class Intermixed(type(parser)):
-        _inside = False
-
-        def parse_known_args(self, args=None, namespace=None):
-            if self._inside:
-                return super().parse_known_args(args, namespace)
-            self._inside = True
-            try:
-                return self.parse_known_intermixed_args(args, namespace)
-            finally:
-                self._inside = False
-
-    parser.__class__ = Intermixed
-    return parser
-
-
 def register(subparsers, groups) -> None:
     p = subparsers.add_parser("train", help=TRAIN_HELP, description=TRAIN_HELP, epilog=TRAIN_EPILOG,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+                              formatter_class=argparse.RawDescriptionHelpFormatter, intermixed=True)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. lr=3e-4 train-iters=200")
     p.add_argument("--config", default="gpt2-tiny", help="packaged config name (gpt2-tiny, gpt2-124m, gpt2-350m, "
                    "gpt2-774m, gpt2-1.5b) or a .toml path (default: gpt2-tiny)")
@@ -59,7 +37,6 @@ def register(subparsers, groups) -> None:
     p.add_argument("--list-configs", action="store_true", help="print the packaged configs and exit")
     p.add_argument("--list-keys", action="store_true", help="print every config key with its value in --config (and the overrides) and what it means, then exit")
     p.set_defaults(func=run_train)
-    intermixed(p)
 
     s = subparsers.add_parser("sample", help="generate text from a training checkpoint",
                               description="generate text from a checkpoint (a run directory or one step_* directory)")
@@ -72,23 +49,6 @@ def register(subparsers, groups) -> None:
     s.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     s.add_argument("--json", action="store_true", help="print a JSON object instead of the text")
     s.set_defaults(func=run_sample)
-
-
-def default_run_dir(config_name: str, resume: bool) -> Path:
-    from gptforge.train.checkpoint import latest
-    from gptforge.train.distributed import launched_by_launcher
-
-    stem = Path(config_name).stem
-    if resume:
-        candidates = [d for d in Path("runs").glob(f"{stem}*") if latest(d / "checkpoints") is not None]
-        if candidates:
-            return max(candidates, key=lambda d: latest(d / "checkpoints").stat().st_mtime)
-    if launched_by_launcher():
-        return Path("runs") / stem  # every rank must agree on it without talking
-    if resume:
-        raise UsageError("--resume", f"no run under runs/{stem}* holds a checkpoint to continue",
-                         "pass --run-dir of the run to resume (a --run-dir without a checkpoint yet starts at step 0)")
-    return Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def run_train(args) -> int:
@@ -105,8 +65,7 @@ def run_train(args) -> int:
         return 0
     from gptforge.train.loop import RunOptions, train
 
-    run_dir = args.run_dir or default_run_dir(args.config, args.resume)
-    opts = RunOptions(run_dir=run_dir, config_name=Path(args.config).stem, resume=args.resume,
+    opts = RunOptions(run_dir=args.run_dir, config_name=Path(args.config).stem, resume=args.resume,
                       device=args.device, deepspeed=args.deepspeed)
     console = Console(stderr=args.json, soft_wrap=True)
     result = train(cfg, opts, console=console)

@@ -6,6 +6,7 @@ Finding codes are a public API (tests, docs and users' scripts match on them): n
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -45,6 +46,12 @@ class Finding:
 def no_data(what: str, fix: str = "") -> Finding:
     """A check skipped for want of a fact: said, never a silent 'ok'."""
     return Finding("not-checked", Severity.INFO, f"not checked: no data for {what}", fix)
+
+
+def unique(findings: Iterable[Finding]) -> list[Finding]:
+    """Each finding once, in first-seen order. Two findings are the same only when every field is: one code
+    may carry two problems (gcc and nvcc both too old for torch's C++ standard), and each must be shown."""
+    return list(dict.fromkeys(findings))
 
 
 def is_ok(findings: list[Finding], strict: bool = False) -> bool:

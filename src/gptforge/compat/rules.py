@@ -16,7 +16,7 @@ from gptforge.compat.arches import CC, Arch, best_cubin, parse_arch, ptx_runs_on
 from gptforge.compat.combination import Combination
 from gptforge.compat.context import Context, build_context
 from gptforge.compat.facts import facts, release_row
-from gptforge.compat.findings import Finding, Severity, no_data
+from gptforge.compat.findings import Finding, Severity, no_data, unique
 from gptforge.core.versions import CudaVersion, DriverVersion, format_cc, parse_cuda
 from gptforge.compat.wheel_rules import rule_wheels
 
@@ -599,8 +599,7 @@ def run_rules(combo: Combination, *, suggest: bool = True) -> list[Finding]:
     found = list(ctx.problems)
     for rule in RULES:
         found.extend(rule(ctx, suggest))
-    unique = {(f.code, f.severity, f.message, f.fix): f for f in found}
-    return sorted(unique.values(), key=lambda f: (f.rank, f.code, f.message))
+    return sorted(unique(found), key=lambda f: (f.rank, f.code, f.message))
 
 
 def check(combo: Combination) -> list[Finding]:

@@ -4,18 +4,19 @@ only a live machine allows, and report findings with a fix each.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gptforge.compat import check
-from gptforge.compat.findings import Finding, is_ok, report_json
+from gptforge.compat.findings import Finding, is_ok, report_json, unique
+from gptforge.compat.wheels import installed_builds
 from gptforge.doctor.checks import live_findings
-from gptforge.doctor.combination import combination_from_machine
 from gptforge.probe import probe_machine
+from gptforge.probe.machine import Machine
 
 
 @dataclass
 class DoctorReport:
-    machine: dict
+    machine: Machine
     findings: list[Finding]
 
     def ok(self, strict: bool = False) -> bool:
@@ -25,27 +26,23 @@ class DoctorReport:
         return 0 if self.ok(strict) else 1
 
     def to_json(self, strict: bool = False) -> dict:
-        return report_json(self.findings, strict, machine=self.machine)
+        return report_json(self.findings, strict, machine=self.machine.to_json())
 
 
-def rule_findings(machine: dict) -> list[Finding]:
-    """The compatibility engine's findings for the combination this machine holds."""
-    return list(check(combination_from_machine(machine)))
+def rule_findings(machine: Machine) -> list[Finding]:
+    """The compatibility engine's findings for the combination this machine holds, with the extension builds
+    installed here (read from their metadata)."""
+    return list(check(replace(machine.combination(), wheels=installed_builds() or None)))
 
 
 def merge(*groups: list[Finding]) -> list[Finding]:
-    """One finding per (code, message), errors first, then warnings, then info."""
-    seen, merged = set(), []
-    for finding in (f for group in groups for f in group):
-        if (finding.code, finding.message) not in seen:
-            seen.add((finding.code, finding.message))
-            merged.append(finding)
-    return sorted(merged, key=lambda f: f.rank)
+    """Each finding once, errors first, then warnings, then info."""
+    return sorted(unique(f for group in groups for f in group), key=lambda f: f.rank)
 
 
-def fp8_usable(machine: dict, rules: list[Finding]) -> bool | None:
+def fp8_usable(machine: Machine, rules: list[Finding]) -> bool | None:
     """The engine's FP8 verdict for the GPUs present (CC >= 8.9, Ada with CUDA >= 12.1); None without a GPU."""
-    if not machine["driver"]["gpus"]:
+    if not machine.driver.gpus:
         return None
     return not any(f.code == "fp8-unavailable" for f in rules)
 
@@ -53,5 +50,6 @@ def fp8_usable(machine: dict, rules: list[Finding]) -> bool | None:
 def run_doctor(env: dict | None = None) -> DoctorReport:
     machine = probe_machine(env)
     rules = rule_findings(machine)
-    machine["transformer_engine"]["fp8_usable"] = fp8_usable(machine, rules)
+    machine = replace(machine, transformer_engine=replace(machine.transformer_engine,
+                                                          fp8_usable=fp8_usable(machine, rules)))
     return DoctorReport(machine, merge(rules, live_findings(machine)))

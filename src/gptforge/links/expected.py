@@ -11,9 +11,8 @@ from gptforge.errors import UsageError
 from gptforge.links.families import Version
 from gptforge.links.layout import Layout
 from gptforge.links.libversion import read_versions
-from gptforge.probe.command import run_tool
 from gptforge.probe.nvcc import parse_nvcc_release
-from gptforge.process import run_bounded
+from gptforge.process import run_bounded, run_tool
 
 TORCH_TIMEOUT_S = 60  # importing torch from a cold disk; a hung interpreter is killed with its children
 

@@ -1,5 +1,6 @@
 """Reads the live machine. Each part is a small function returning plain data (JSON-ready dicts)
-and never raising because something is absent: absence is data, judged later by the doctor.
+and never raising because something is absent: absence is data, judged later by the doctor and the
+build preflight. ``probe_machine`` puts the parts together as one typed ``Machine``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from gptforge.probe.compilers import probe_compilers
 from gptforge.probe.cuda_home import probe_cuda_home
 from gptforge.probe.cudart import probe_loaded_libcudart
+from gptforge.probe.machine import Machine
 from gptforge.probe.nvcc import probe_nvcc
 from gptforge.probe.nvml import probe_nvml
 from gptforge.probe.packages import probe_apex, probe_deepspeed, probe_transformer_engine
@@ -29,8 +31,8 @@ def _default_host(nvcc: dict) -> str | None:
     return (nvcc["cuda_home"] or nvcc["path"] or {}).get("host_compiler")
 
 
-def probe_machine(env: dict | None = None) -> dict:
-    """Everything doctor looks at.
+def probe_machine(env: dict | None = None) -> Machine:
+    """Everything the doctor and the build preflight look at.
 
     Order matters: torch, apex's extensions and TransformerEngine are imported first, then the
     process's libcudart maps are read (what training would load), and only then does the CUDA-root
@@ -44,7 +46,7 @@ def probe_machine(env: dict | None = None) -> dict:
         nvcc_job = pool.submit(probe_nvcc, env)
         compilers_job = pool.submit(probe_compilers, lambda: _default_host(nvcc_job.result()), env)
         nvcc, compilers = nvcc_job.result(), compilers_job.result()
-    return {
+    return Machine.from_json({
         "python": probe_python(),
         "driver": probe_nvml(),
         "nvcc": nvcc,
@@ -56,4 +58,4 @@ def probe_machine(env: dict | None = None) -> dict:
         "deepspeed": probe_deepspeed(),
         "transformer_engine": transformer_engine,
         "env": {name: env.get(name) for name in ENV_VARS},
-    }
+    })

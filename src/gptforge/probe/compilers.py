@@ -9,8 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from gptforge.errors import UsageError
-from gptforge.probe.command import run_tool
-from gptforge.process import split_command
+from gptforge.process import run_tool, split_command
 
 HOST_VARIABLES = ("CUDAHOSTCXX", "CC", "NVCC_CCBIN")
 _CLANG = re.compile(r"clang version (\d+(?:\.\d+)*)", re.ASCII)

@@ -7,7 +7,7 @@ import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 
-from gptforge.probe.command import run_tool
+from gptforge.process import run_tool
 
 _RELEASE = re.compile(r"release (\d+)\.(\d+)", re.ASCII)
 

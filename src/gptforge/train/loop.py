@@ -34,7 +34,7 @@ from gptforge.train.tomlout import dumps
 
 @dataclass
 class RunOptions:
-    run_dir: Path
+    run_dir: Path | None = None  # None: rundir.default_run_dir
     config_name: str = "custom"
     resume: bool = False
     device: str = "auto"
@@ -113,7 +113,7 @@ def check_writable(run_dir: Path) -> None:
 class Trainer:
     def __init__(self, cfg: TrainConfig, opts: RunOptions, data: datamod.DataSetup | None = None, console=None):
         self.cfg, self.opts, self.data = cfg, opts, data
-        self.run_dir = Path(opts.run_dir)
+        self.run_dir = Path(opts.run_dir) if opts.run_dir else rundir.default_run_dir(opts.config_name, opts.resume)
         self.ckpt_root = self.run_dir / "checkpoints"
         from rich.console import Console
 

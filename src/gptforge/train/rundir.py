@@ -9,9 +9,10 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import time
 from pathlib import Path
 
-from gptforge.errors import GptforgeError
+from gptforge.errors import GptforgeError, UsageError
 from gptforge.storage import writing
 
 LOCK_NAME = ".lock"
@@ -47,3 +48,22 @@ def lock(run_dir: str | os.PathLike) -> RunLock:
             os.close(fd)
             raise
     return RunLock(path, fd)
+
+
+def default_run_dir(config_name: str, resume: bool) -> Path:
+    """The run directory when none is given: the newest runs/CONFIG* holding a checkpoint to resume, runs/CONFIG
+    under a distributed launcher, else a new runs/CONFIG-TIMESTAMP."""
+    from gptforge.train.checkpoint import latest
+    from gptforge.train.distributed import launched_by_launcher
+
+    stem = Path(config_name).stem
+    if resume:
+        candidates = [d for d in Path("runs").glob(f"{stem}*") if latest(d / "checkpoints") is not None]
+        if candidates:
+            return max(candidates, key=lambda d: latest(d / "checkpoints").stat().st_mtime)
+    if launched_by_launcher():
+        return Path("runs") / stem  # every rank must agree on it without talking
+    if resume:
+        raise UsageError("--resume", f"no run under runs/{stem}* holds a checkpoint to continue",
+                         "pass --run-dir of the run to resume (a --run-dir without a checkpoint yet starts at step 0)")
+    return Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
