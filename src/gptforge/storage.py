@@ -136,7 +136,7 @@ KILL_ENV = "GPTFORGE_TEST_KILL_AT"
 
 def kill_point(point: str, n: int) -> None:
     """Fault injection for the crash-safety tests: with ``GPTFORGE_TEST_KILL_AT=POINT:N`` the process SIGKILLs
-    itself the moment it reaches ``point`` for the ``n``-th time (a training step, a checkpoint save, a change
-    fix-links makes). Never set in normal use: then it does nothing."""
+    itself where it reaches ``point`` number ``n`` (``step:N`` mid-step N after backward, ``save:N`` mid-save
+    of step N after the model file, ``change:N`` at fix-links' N-th file-system change). Unset: nothing."""
     if os.environ.get(KILL_ENV) == f"{point}:{n}":
         os.kill(os.getpid(), signal.SIGKILL)
