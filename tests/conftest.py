@@ -1,14 +1,25 @@
-"""Shared test helpers: run the installed ``gptforge`` entry point as a user would."""
+"""Helpers the test modules share (they import them from here, never from each other): the installed
+``gptforge`` entry point, the real CUDA toolkit, real ELF libraries built with gcc, prefix snapshots,
+and the finding codes written in the sources and the docs."""
 
 from __future__ import annotations
 
+import ast
+import atexit
+import glob
+import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
+from importlib import resources
 from pathlib import Path
 
 import pytest
+from jsonschema import Draft202012Validator
 
 
 def gptforge_executable() -> list[str]:
@@ -32,3 +43,253 @@ def run_cli(*args: str, env: dict | None = None, cwd: str | os.PathLike | None =
 @pytest.fixture
 def cli():
     return run_cli
+
+
+# The real CUDA toolkit (the probe and doctor tests)
+
+TOOLKIT = os.environ.get("GPTFORGE_TEST_CUDA_ROOT", "/usr/local/cuda")
+NVCC = os.path.join(TOOLKIT, "bin", "nvcc")
+LIBCUDART = os.path.join(TOOLKIT, "lib64", "libcudart.so")
+needs_nvcc = pytest.mark.skipif(not os.path.isfile(NVCC), reason=f"no CUDA toolkit at {TOOLKIT} (set GPTFORGE_TEST_CUDA_ROOT)")
+needs_cudart = pytest.mark.skipif(not os.path.exists(LIBCUDART), reason=f"no libcudart under {TOOLKIT}/lib64")
+
+
+def _real_nvcc_release() -> str:
+    out = subprocess.run([NVCC, "--version"], capture_output=True, text=True, check=True).stdout
+    return out.split("release ")[1].split(",")[0]
+
+
+def conda_like_prefix(root, toolkit: str):
+    """A CUDA root laid out like a conda env, built from links to the real toolkit's files:
+    bin/nvcc, lib/libcudart.so*, headers only in targets/x86_64-linux/include, no lib64."""
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "nvcc").symlink_to(os.path.join(toolkit, "bin", "nvcc"))
+    (root / "lib").mkdir()
+    real_lib = os.path.realpath(os.path.join(toolkit, "lib64"))
+    for name in os.listdir(real_lib):
+        if name.startswith("libcudart.so"):
+            (root / "lib" / name).symlink_to(os.path.join(real_lib, name))
+    target = root / "targets" / "x86_64-linux"
+    target.mkdir(parents=True)
+    (target / "include").symlink_to(os.path.realpath(os.path.join(toolkit, "include")))
+    (root / "include").mkdir()
+    return root
+
+
+# Finding codes: written in the sources, documented in docs/
+
+def emitted_codes(package: Path) -> set[str]:
+    """Every code a ``Finding(...)`` call in the package's modules is written with.
+
+    A Finding whose code is not a string literal fails here: codes are an API and must be greppable.
+    """
+    codes = set()
+    for module in package.glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Finding":
+                code = node.args[0] if node.args else next(k.value for k in node.keywords if k.arg == "code")
+                assert isinstance(code, ast.Constant), f"{module.name}:{node.lineno}: code is not a literal"
+                codes.add(code.value)
+    return codes
+
+
+def documented_codes(doc: Path, section: str) -> set[str]:
+    """The codes in the first column of the tables under ``## section`` of a docs page."""
+    text = doc.read_text().split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `([a-z0-9-]+)` \|", text, re.M))
+
+
+# fix-links: real ELF libraries built with gcc, prefix snapshots
+
+_LIB_CACHE = tempfile.mkdtemp(prefix="gptforge-links-libs-")
+atexit.register(shutil.rmtree, _LIB_CACHE, ignore_errors=True)
+_SOURCE = "int cudaRuntimeGetVersion(int *v) {{ *v = {number}; return 0; }}\n"
+
+
+def fake_library(soname: str, runtime_number: int) -> str:
+    """A real shared library (gcc) with SONAME ``soname`` whose cudaRuntimeGetVersion reports
+    ``runtime_number``. Cached per (soname, number); copy it into a prefix, never link to it."""
+    out = os.path.join(_LIB_CACHE, f"{soname}-{runtime_number}.so")
+    return _built_library(out, soname, _SOURCE.format(number=runtime_number))
+
+
+def _built_library(out: str, soname: str, source: str) -> str:
+    """``out``, compiled by gcc from C ``source`` with SONAME ``soname`` unless it is cached."""
+    if not os.path.exists(out):
+        if shutil.which("gcc") is None:
+            pytest.skip("gcc is needed to build test libraries")
+        src = out + ".c"
+        with open(src, "w") as f:
+            f.write(source)
+        tmp = out + ".tmp"
+        subprocess.run(["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", tmp, src], check=True)
+        os.replace(tmp, out)
+    return out
+
+
+# The version functions NVIDIA's libraries export, with their documented signatures (see
+# gptforge.links.libversion): a library built from one of these answers like the real one.
+_ABI_SOURCE = {
+    "runtime": "int {symbol}(int *v) {{ *v = {major} * 1000 + {minor} * 10; return 0; }}\n",
+    "major-minor": "int {symbol}(int *a, int *b) {{ *a = {major}; *b = {minor}; return 0; }}\n",
+    "property": "int {symbol}(int t, int *v) {{ int p[3] = {{{major}, {minor}, {patch}}}; "
+                "if (t < 0 || t > 2) return 7; *v = p[t]; return 0; }}\n",
+}
+
+
+def versioned_library(soname: str, symbol: str, abi: str, version: tuple[int, int, int]) -> str:
+    """A real shared library with SONAME ``soname`` whose ``symbol`` reports ``version`` through ``abi``.
+    Cached; copy it into a prefix, never link to it."""
+    out = os.path.join(_LIB_CACHE, f"{soname}-{symbol}-{'.'.join(map(str, version))}.so")
+    source = _ABI_SOURCE[abi].format(symbol=symbol, major=version[0], minor=version[1], patch=version[2])
+    return _built_library(out, soname, source)
+
+
+def runtime_number(version: tuple[int, ...]) -> int:
+    return version[0] * 1000 + version[1] * 10
+
+
+def snapshot(prefix: str) -> dict[str, tuple]:
+    """Every name under ``prefix`` -> ('link', text) | ('file', sha256) | ('dir',) | ('other',)."""
+    out: dict[str, tuple] = {}
+    for root, dirs, files in os.walk(prefix):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, prefix)
+            if os.path.islink(path):
+                out[rel] = ("link", os.readlink(path))
+            elif os.path.isdir(path):
+                out[rel] = ("dir",)
+            elif os.path.isfile(path):
+                with open(path, "rb") as f:
+                    out[rel] = ("file", hashlib.sha256(f.read()).hexdigest())
+            else:
+                out[rel] = ("other",)
+    return out
+
+
+def dangling(prefix: str) -> set[str]:
+    snap = snapshot(prefix)
+    return {rel for rel, kind in snap.items() if kind[0] == "link" and not os.path.exists(os.path.join(prefix, rel))}
+
+
+def regular_files(snap: dict) -> dict:
+    return {rel: kind for rel, kind in snap.items() if kind[0] in ("file", "dir")}
+
+
+def without_state(snap: dict) -> dict:
+    """The snapshot without gptforge's own undo-record directory."""
+    return {rel: kind for rel, kind in snap.items() if not rel.startswith(".gptforge")}
+
+
+def write(path: str, data: bytes = b"not a library\n") -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def symlink(target: str, path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.symlink(target, path)
+
+
+def install_library(prefix: str, stem: str, version: tuple[int, ...], *, place: str = "target",
+                    soname_major: int | None = None) -> str:
+    """Put a real ``stem.so.<version>`` into the prefix the way conda-forge does: the file under
+    targets/x86_64-linux/lib and a full-name link in lib (``place='target'``), or the file in lib."""
+    name = f"{stem}.so.{'.'.join(map(str, version))}"
+    soname = f"{stem}.so.{soname_major if soname_major is not None else version[0]}"
+    lib = fake_library(soname, runtime_number(version))
+    if place == "target":
+        dest = os.path.join(prefix, "targets", "x86_64-linux", "lib", name)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.copyfile(lib, dest)
+        if not os.path.lexists(os.path.join(prefix, "lib", name)):
+            symlink(f"../targets/x86_64-linux/lib/{name}", os.path.join(prefix, "lib", name))
+    else:
+        dest = os.path.join(prefix, "lib", name)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.copyfile(lib, dest)
+    return dest
+
+
+def toolkit_dir() -> str:
+    """The CUDA toolkit the tests take real files from: $CUDA_HOME, else /usr/local/cuda."""
+    return os.environ.get("CUDA_HOME", "/usr/local/cuda")
+
+
+def toolkit_cudart() -> tuple[str, int]:
+    """(path, cudaRuntimeGetVersion) of the toolkit's real libcudart; skips the test without one."""
+    from gptforge.links.verify import load_versions
+
+    cuda = toolkit_dir()
+    found = [p for p in glob.glob(os.path.join(cuda, "lib*", "libcudart.so.*")) if not os.path.islink(p)]
+    if not found:
+        pytest.skip(f"no real libcudart under {cuda}/lib64 (set CUDA_HOME to a CUDA toolkit)")
+    path = sorted(found)[-1]
+    loaded = load_versions([path])[0]
+    if loaded.version is None:
+        pytest.skip(f"the toolkit's libcudart cannot be loaded here: {loaded.error}")
+    return path, loaded.version
+
+
+@pytest.fixture
+def env(tmp_path):
+    """A small conda-forge-like prefix with a CUDA 12.8 runtime behind a wrong libcudart.so."""
+    prefix = str(tmp_path / "env")
+    install_library(prefix, "libcudart", (12, 8, 90))
+    install_library(prefix, "libcudart", (12, 4, 127), place="lib")
+    symlink("libcudart.so.12.4.127", os.path.join(prefix, "lib", "libcudart.so"))
+    symlink("libcudart.so.12.4.127", os.path.join(prefix, "lib", "libcudart.so.12"))
+    write(os.path.join(prefix, "targets/x86_64-linux/include/cuda_runtime.h"), b"/* 12.8 */\n")
+    write(os.path.join(prefix, "conda-meta", "cuda-version-12.8-h5d125a7_3.json"),
+          json.dumps({"name": "cuda-version", "version": "12.8"}).encode())
+    return prefix
+
+
+def _clean_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in ("CONDA_PREFIX", "PIXI_PROJECT_ROOT", "PIXI_ENVIRONMENT_NAME")}
+
+
+# gptforge doctor, run as a user runs it
+
+SCHEMA = json.loads(resources.files("gptforge").joinpath("schemas/doctor.schema.json").read_text())
+BUILD_VARS = ("CUDA_HOME", "CUDA_PATH", "CC", "CXX", "CUDAHOSTCXX", "NVCC_CCBIN")
+
+
+def doctor(*args: str, unset=BUILD_VARS, **env: str) -> subprocess.CompletedProcess:
+    """Run the installed `gptforge doctor ARGS` with the build variables cleared, then ``env`` set."""
+    full = {k: v for k, v in os.environ.items() if k not in unset}
+    full.update(env)
+    done = subprocess.run([*gptforge_executable(), "doctor", *args], capture_output=True, text=True, env=full,
+                          timeout=300)
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr
+    return done
+
+
+def doctor_json(*args: str, **env: str) -> tuple[subprocess.CompletedProcess, dict]:
+    done = doctor("--json", *args, **env)
+    data = json.loads(done.stdout)
+    Draft202012Validator(SCHEMA).validate(data)
+    return done, data
+
+
+def codes(data: dict, severity: str | None = None) -> set[str]:
+    return {f["code"] for f in data["findings"] if severity is None or f["severity"] == severity}
+
+
+# gptforge train: tiny models that train in seconds on a CPU, and the one-line error every failure prints
+
+SMALL = ["num-layers=1", "hidden-size=32", "num-attention-heads=2", "seq-length=32", "max-position-embeddings=32",
+         "micro-batch-size=4", "global-batch-size=8", "train-iters=12", "save-interval=4", "eval-interval=4",
+         "eval-iters=2", "log-interval=4", "lr-warmup-iters=2", "dropout=0.1"]
+TINY = ["num-layers=1", "hidden-size=32", "num-attention-heads=2", "seq-length=32", "max-position-embeddings=32",
+        "micro-batch-size=4", "global-batch-size=4", "eval-iters=1", "lr-warmup-iters=1"]
+
+
+def one_line_error(proc, code: int, *needles: str) -> None:
+    assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]

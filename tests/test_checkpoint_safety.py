@@ -12,10 +12,9 @@ import sys
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import run_cli, SMALL
 from gptforge.errors import GptforgeError
 from gptforge.train import checkpoint
-from test_resume import SMALL
 
 FILES_READ = {"resume": ["trainer.pt", "model.pt", "optimizer.pt", "rng_rank0.pt"],
               "sample": ["trainer.pt", "model.pt"]}

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import ast
-import re
 from pathlib import Path
 
 import pytest
 
+from conftest import documented_codes, emitted_codes
 from gptforge.compat import Combination, Severity, arch_list_for, check, environment, recommend, targetable_arches
 from gptforge.errors import GptforgeError
 
@@ -193,27 +192,6 @@ def test_recommend_explains_every_environment_and_fails_on_old_drivers():
     assert all(v.reasons for v in result.verdicts if not v.fits)
     assert "525.60.13" in result.reason
     assert not recommend("580.65.06", [(3, 7)]).ok  # Kepler: no environment has kernels for it
-
-
-def emitted_codes(package: Path) -> set[str]:
-    """Every code a ``Finding(...)`` call in the package's modules is written with.
-
-    A Finding whose code is not a string literal fails here: codes are an API and must be greppable.
-    """
-    codes = set()
-    for module in package.glob("*.py"):
-        for node in ast.walk(ast.parse(module.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Finding":
-                code = node.args[0] if node.args else next(k.value for k in node.keywords if k.arg == "code")
-                assert isinstance(code, ast.Constant), f"{module.name}:{node.lineno}: code is not a literal"
-                codes.add(code.value)
-    return codes
-
-
-def documented_codes(doc: Path, section: str) -> set[str]:
-    """The codes in the first column of the tables under ``## section`` of a docs page."""
-    text = doc.read_text().split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return set(re.findall(r"^\| `([a-z0-9-]+)` \|", text, re.M))
 
 
 def test_every_finding_code_is_documented():

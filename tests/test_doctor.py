@@ -4,49 +4,24 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import os
 import subprocess
 import typing
-from importlib import resources
 from pathlib import Path
 
 import pytest
 from jsonschema import Draft202012Validator
 
-from conftest import gptforge_executable
+from conftest import (codes, conda_like_prefix, doctor, doctor_json, documented_codes, emitted_codes,
+                      gptforge_executable, needs_cudart, needs_nvcc, NVCC, _real_nvcc_release, SCHEMA, TOOLKIT)
 from gptforge.compat.findings import Severity
 from gptforge.doctor import fp8_usable, rule_findings
 from gptforge.doctor.checks import live_findings
 from gptforge.probe.machine import Machine
-from test_compat_examples import documented_codes, emitted_codes
-from test_probe import NVCC, TOOLKIT, _real_nvcc_release, conda_like_prefix, needs_cudart, needs_nvcc
 
-SCHEMA = json.loads(resources.files("gptforge").joinpath("schemas/doctor.schema.json").read_text())
 REPO = Path(__file__).resolve().parents[1]
 APEX_SRC = os.environ.get("GPTFORGE_APEX_SRC") or str(REPO / "third_party" / "apex")
-BUILD_VARS = ("CUDA_HOME", "CUDA_PATH", "CC", "CXX", "CUDAHOSTCXX", "NVCC_CCBIN")
 
-
-def doctor(*args: str, unset=BUILD_VARS, **env: str) -> subprocess.CompletedProcess:
-    """Run the installed `gptforge doctor ARGS` with the build variables cleared, then ``env`` set."""
-    full = {k: v for k, v in os.environ.items() if k not in unset}
-    full.update(env)
-    done = subprocess.run([*gptforge_executable(), "doctor", *args], capture_output=True, text=True, env=full,
-                          timeout=300)
-    assert "Traceback" not in done.stderr + done.stdout, done.stderr
-    return done
-
-
-def doctor_json(*args: str, **env: str) -> tuple[subprocess.CompletedProcess, dict]:
-    done = doctor("--json", *args, **env)
-    data = json.loads(done.stdout)
-    Draft202012Validator(SCHEMA).validate(data)
-    return done, data
-
-
-def codes(data: dict, severity: str | None = None) -> set[str]:
-    return {f["code"] for f in data["findings"] if severity is None or f["severity"] == severity}
 
 
 @pytest.fixture(scope="module")
@@ -66,12 +41,6 @@ def test_json_validates_and_exit_code_follows_ok(here):
     assert data["ok"] == (not codes(data, "error"))
 
 
-def test_nothing_broken_here_exits_zero(here):
-    done, data = here
-    assert codes(data, "error") == set(), data["findings"]
-    assert done.returncode == 0
-
-
 def test_no_driver_is_reported_and_the_rest_is_checked(here):
     _, data = here
     if data["machine"]["driver"]["status"] == "ok":
@@ -79,8 +48,8 @@ def test_no_driver_is_reported_and_the_rest_is_checked(here):
     assert "no NVIDIA driver found" in data["machine"]["driver"]["error"]
     assert "no-gpu" in codes(data, "info")
     assert data["machine"]["torch"]["installed"] and data["machine"]["compilers"]["gxx"]["version"]
-    text = doctor()
-    assert "no NVIDIA driver found" in text.stdout and text.returncode == 0
+    text = doctor()  # no driver is not an error: the exit status is whatever else this machine has
+    assert "no NVIDIA driver found" in text.stdout and text.returncode == (1 if codes(data, "error") else 0)
 
 
 @pytest.fixture(scope="module")
@@ -100,12 +69,11 @@ def test_nvcc_is_found_and_parsed(with_toolkit):
 
 
 @needs_nvcc
-def test_this_machine_has_nvcc_13_0(with_toolkit):
-    if _real_nvcc_release() != "13.0":
-        pytest.skip("the toolkit here is not CUDA 13.0")
+def test_the_toolkit_runtime_number_follows_nvcc(with_toolkit):
+    """cudaRuntimeGetVersion's number is major * 1000 + minor * 10 of the release nvcc prints."""
+    major, minor = map(int, _real_nvcc_release().split("."))
     _, data = with_toolkit
-    assert data["machine"]["nvcc"]["version"] == "13.0"
-    assert data["machine"]["cuda_home"]["libcudart"]["encoded_version"] == 13000
+    assert data["machine"]["cuda_home"]["libcudart"]["encoded_version"] == major * 1000 + minor * 10
 
 
 @needs_cudart

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from test_doctor import codes, doctor_json
+from conftest import codes, doctor_json
 
 pytestmark = pytest.mark.gpu
 

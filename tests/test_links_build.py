@@ -10,8 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import run_cli
-from test_links_support import symlink, toolkit_cudart, toolkit_dir, write
+from conftest import run_cli, symlink, toolkit_cudart, toolkit_dir, write
 
 PROGRAM = r"""
 #include <cstdio>

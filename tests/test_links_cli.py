@@ -10,27 +10,9 @@ import sys
 
 import pytest
 
-from test_links_support import install_library, snapshot, symlink, write
+from conftest import _clean_env, install_library, snapshot, symlink, write
 from gptforge.errors import UsageError
 from gptforge.links.expected import expected_cuda
-
-
-@pytest.fixture
-def env(tmp_path):
-    """A small conda-forge-like prefix with a CUDA 12.8 runtime behind a wrong libcudart.so."""
-    prefix = str(tmp_path / "env")
-    install_library(prefix, "libcudart", (12, 8, 90))
-    install_library(prefix, "libcudart", (12, 4, 127), place="lib")
-    symlink("libcudart.so.12.4.127", os.path.join(prefix, "lib", "libcudart.so"))
-    symlink("libcudart.so.12.4.127", os.path.join(prefix, "lib", "libcudart.so.12"))
-    write(os.path.join(prefix, "targets/x86_64-linux/include/cuda_runtime.h"), b"/* 12.8 */\n")
-    write(os.path.join(prefix, "conda-meta", "cuda-version-12.8-h5d125a7_3.json"),
-          json.dumps({"name": "cuda-version", "version": "12.8"}).encode())
-    return prefix
-
-
-def _clean_env() -> dict:
-    return {k: v for k, v in os.environ.items() if k not in ("CONDA_PREFIX", "PIXI_PROJECT_ROOT", "PIXI_ENVIRONMENT_NAME")}
 
 
 def _run(*args, env=None):

@@ -9,10 +9,9 @@ import signal
 
 import pytest
 
-from conftest import run_cli
-from test_links_support import dangling, install_library, snapshot, symlink, write
+from conftest import dangling, install_library, run_cli, snapshot, symlink, write
 
-CRASH = "GPTFORGE_LINKS_CRASH_AT"
+CRASH = "GPTFORGE_TEST_KILL_AT"
 
 
 @pytest.fixture
@@ -71,7 +70,7 @@ def test_killed_at_every_step_leaves_valid_links_and_recovers(broken_prefix, tmp
     total = _changes_of_full_run(prefix)
     assert total > 10
     for k in range(1, total + 1):
-        out = run_cli("fix-links", "--prefix", prefix, env={CRASH: str(k)})
+        out = run_cli("fix-links", "--prefix", prefix, env={CRASH: f"change:{k}"})
         assert out.returncode == -signal.SIGKILL, f"crash point {k} of {total} was not reached: {out.stdout}"
         now = snapshot(prefix)
         assert not _names_missing(original, now), f"k={k}: names vanished"
@@ -89,7 +88,7 @@ def test_killed_at_every_step_leaves_valid_links_and_recovers(broken_prefix, tmp
             undone = run_cli("fix-links", "--prefix", prefix, "--undo")
             assert undone.returncode == 0, undone.stdout + undone.stderr
             assert snapshot(prefix) == original, f"k={k}: --undo after a crash did not restore the original"
-    final = run_cli("fix-links", "--prefix", prefix, env={CRASH: str(total + 1)})
+    final = run_cli("fix-links", "--prefix", prefix, env={CRASH: f"change:{total + 1}"})
     assert final.returncode == 0, final.stdout + final.stderr
 
 
@@ -101,7 +100,7 @@ def test_killed_during_undo_then_undo_again(broken_prefix):
     allowed_dangling = dangling(prefix) | {rel for rel in original if rel in dangling_of(original, prefix)}
     k = 1
     while True:
-        out = run_cli("fix-links", "--prefix", prefix, "--undo", env={CRASH: str(k)})
+        out = run_cli("fix-links", "--prefix", prefix, "--undo", env={CRASH: f"change:{k}"})
         if out.returncode == 0:
             break
         assert out.returncode == -signal.SIGKILL

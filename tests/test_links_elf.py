@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gptforge.links.elf import read_soname
-from test_links_support import fake_library
+from conftest import fake_library
 
 
 def _readelf_soname(path: str) -> str | None:

@@ -12,10 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import run_cli
+from conftest import run_cli, symlink, toolkit_cudart, toolkit_dir, versioned_library, write
 from gptforge import links
 from gptforge.links.families import families_for
-from test_links_support import (symlink, toolkit_cudart, toolkit_dir, versioned_library, write)
 
 
 def _fix(prefix, *args):

@@ -14,9 +14,8 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from gptforge import links
 from gptforge.links.families import families_for
-from test_links_support import (dangling, install_library, regular_files, snapshot, symlink, without_state,
-                                write)
-from conftest import gptforge_executable
+from conftest import (dangling, gptforge_executable, install_library, regular_files, snapshot, symlink,
+                      without_state, write)
 
 CUDAS = [(12, 4), (12, 8), (13, 0)]
 POOL = {

@@ -4,20 +4,16 @@ ctypes loads the decoy through libcudart.so; after it, the toolkit's runtime, wi
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
-import subprocess
-import sys
 import zipfile
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, snapshot, symlink, toolkit_cudart
 from gptforge.links.elf import read_soname
 from gptforge.links.verify import load_versions
-from test_links_support import snapshot, symlink, toolkit_cudart
 
 DECOY_WHEEL = "nvidia-cuda-runtime-cu12==12.8.90"
 DECOY_VERSION = (12, 8, 90)
@@ -25,20 +21,12 @@ DECOY_VERSION = (12, 8, 90)
 
 @pytest.fixture(scope="module")
 def decoy_cudart(request) -> str:
-    """libcudart.so.12 from the PyPI wheel (downloaded once into pytest's cache), or the wheel
-    named by GPTFORGE_CUDART_DECOY_WHEEL."""
+    """libcudart.so.12 from the wheel named by GPTFORGE_CUDART_DECOY_WHEEL (.ci/run downloads it; the
+    default suite downloads nothing)."""
     wheel = os.environ.get("GPTFORGE_CUDART_DECOY_WHEEL")
-    if not wheel:
-        cache = str(request.config.cache.mkdir("links-decoy-wheel"))
-        wheels = glob.glob(os.path.join(cache, "nvidia_cuda_runtime_cu12-12.8.90-*.whl"))
-        if not wheels:
-            out = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                                  "--platform", "manylinux2014_x86_64", "-d", cache, DECOY_WHEEL],
-                                 capture_output=True, text=True, timeout=300)
-            wheels = glob.glob(os.path.join(cache, "nvidia_cuda_runtime_cu12-12.8.90-*.whl"))
-            if not wheels:
-                pytest.skip(f"cannot download {DECOY_WHEEL} from PyPI (offline?): {out.stderr.strip()[-200:]}")
-        wheel = wheels[0]
+    if not wheel or not os.path.isfile(wheel):
+        pytest.skip(f"set GPTFORGE_CUDART_DECOY_WHEEL to the {DECOY_WHEEL} wheel (.ci/run downloads it: pip download "
+                    f"--no-deps --only-binary=:all: --platform manylinux2014_x86_64 {DECOY_WHEEL})")
     out = os.path.join(str(request.config.cache.mkdir("links-decoy-lib")), "libcudart.so.12")
     with zipfile.ZipFile(wheel) as z, z.open("nvidia/cuda_runtime/lib/libcudart.so.12") as src, open(out, "wb") as dst:
         shutil.copyfileobj(src, dst)

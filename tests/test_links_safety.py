@@ -11,8 +11,7 @@ import sys
 
 import pytest
 
-from test_links_cli import _clean_env, env  # noqa: F401  (the fixture)
-from test_links_support import snapshot
+from conftest import _clean_env, snapshot
 
 UNDO = os.path.join(".gptforge", "links-undo.json")
 

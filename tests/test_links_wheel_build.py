@@ -24,9 +24,8 @@ import sys
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, toolkit_dir
 from gptforge.links.elf import read_soname
-from test_links_support import toolkit_dir
 
 KERNEL = r"""
 #include <cuda_runtime.h>

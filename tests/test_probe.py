@@ -12,24 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import LIBCUDART, NVCC, TOOLKIT, _real_nvcc_release, conda_like_prefix, needs_cudart, needs_nvcc
 from gptforge.probe.compilers import probe_compiler
 from gptforge.probe.cuda_home import probe_cuda_home
 from gptforge.probe.cudart import format_runtime_version, runtime_version
 from gptforge.probe.nvcc import cuda_home_setting, parse_nvcc_release, probe_nvcc, probe_nvcc_at
 from gptforge.probe.nvml import probe_nvml
 from gptforge.probe.torch_info import format_cudnn_version
-
-TOOLKIT = os.environ.get("GPTFORGE_TEST_CUDA_ROOT", "/usr/local/cuda")
-NVCC = os.path.join(TOOLKIT, "bin", "nvcc")
-LIBCUDART = os.path.join(TOOLKIT, "lib64", "libcudart.so")
-needs_nvcc = pytest.mark.skipif(not os.path.isfile(NVCC), reason=f"no CUDA toolkit at {TOOLKIT} (set GPTFORGE_TEST_CUDA_ROOT)")
-needs_cudart = pytest.mark.skipif(not os.path.exists(LIBCUDART), reason=f"no libcudart under {TOOLKIT}/lib64")
-
-
-def _real_nvcc_release() -> str:
-    out = subprocess.run([NVCC, "--version"], capture_output=True, text=True, check=True).stdout
-    return out.split("release ")[1].split(",")[0]
-
 
 @given(st.integers(0, 99), st.integers(0, 99), st.integers(0, 999))
 def test_nvcc_release_parses_what_nvcc_prints(major, minor, build):
@@ -134,23 +123,6 @@ def test_no_libcudart_mapped_in_a_plain_process():
     code = "import json; from gptforge.probe.cudart import mapped_libcudart; print(json.dumps(mapped_libcudart()))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == []
-
-
-def conda_like_prefix(root, toolkit: str):
-    """A CUDA root laid out like a conda env, built from links to the real toolkit's files:
-    bin/nvcc, lib/libcudart.so*, headers only in targets/x86_64-linux/include, no lib64."""
-    (root / "bin").mkdir(parents=True)
-    (root / "bin" / "nvcc").symlink_to(os.path.join(toolkit, "bin", "nvcc"))
-    (root / "lib").mkdir()
-    real_lib = os.path.realpath(os.path.join(toolkit, "lib64"))
-    for name in os.listdir(real_lib):
-        if name.startswith("libcudart.so"):
-            (root / "lib" / name).symlink_to(os.path.join(real_lib, name))
-    target = root / "targets" / "x86_64-linux"
-    target.mkdir(parents=True)
-    (target / "include").symlink_to(os.path.realpath(os.path.join(toolkit, "include")))
-    (root / "include").mkdir()
-    return root
 
 
 @needs_cudart

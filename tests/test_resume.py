@@ -9,15 +9,10 @@ import signal
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import SMALL, run_cli
 from gptforge.train import checkpoint
 
 # A small but complete setup: dropout (RNG state matters), gradient accumulation 2, eval and save every 4.
-SMALL = ["num-layers=1", "hidden-size=32", "num-attention-heads=2", "seq-length=32", "max-position-embeddings=32",
-         "micro-batch-size=4", "global-batch-size=8", "train-iters=12", "save-interval=4", "eval-interval=4",
-         "eval-iters=2", "log-interval=4", "lr-warmup-iters=2", "dropout=0.1"]
-
-
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.getbasetemp() / "train-data-cache"

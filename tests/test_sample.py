@@ -8,10 +8,9 @@ import shutil
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import one_line_error, run_cli, TINY
 from gptforge.errors import GptforgeError
 from gptforge.train import checkpoint
-from test_train_cli import TINY, one_line_error
 
 
 @pytest.fixture(scope="module")

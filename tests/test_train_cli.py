@@ -7,10 +7,7 @@ import json
 
 import pytest
 
-from conftest import run_cli
-
-TINY = ["num-layers=1", "hidden-size=32", "num-attention-heads=2", "seq-length=32", "max-position-embeddings=32",
-        "micro-batch-size=4", "global-batch-size=4", "eval-iters=1", "lr-warmup-iters=1"]
+from conftest import TINY, one_line_error, run_cli
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
@@ -18,14 +15,6 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.getbasetemp() / "train-data-cache"
-
-
-def one_line_error(proc, code: int, *needles: str) -> None:
-    assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-2000:]
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
 
 
 @pytest.mark.parametrize("args,env,needles", [

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import assume, given, strategies as st
 
 from gptforge.errors import UsageError
 from gptforge.train.config import KNOWN_KEYS, TrainConfig, list_keys, load_config, packaged_configs, validate
 from gptforge.train.optim import lr_at
-from gptforge.train.tomlout import dumps
 
 
 def test_every_packaged_config_loads_and_validates():
@@ -135,8 +136,8 @@ def test_unreadable_config_file_is_a_usage_error(tmp_path, content):
 
 def test_resolved_config_round_trips(tmp_path):
     cfg, _ = load_config("gpt2-124m", ["data-path=0.3 a 0.7 b", 'tokenizer-dir=we"ird'])
-    path = tmp_path / "resolved.toml"
-    path.write_text(dumps(cfg.to_dict(), "header"))
+    path = tmp_path / "config.json"  # as a run saves it
+    path.write_text(json.dumps(cfg.to_dict(), indent=2))
     again, _ = load_config(str(path))
     assert again == cfg
 
@@ -198,3 +199,22 @@ def test_list_keys_shows_the_chosen_config_with_one_line_per_key():
     assert by_key["hidden-size"].split("#")[0].split("=")[1].strip() == "768"
     assert by_key["train-iters"].split("#")[0].split("=")[1].strip() == "10"
     assert all(line.split("#", 1)[1].strip() for line in lines)  # a description on every line
+
+
+def test_keys_file_gives_every_field_one_default_of_its_type():
+    from gptforge.train.config import KEYS, TYPES
+
+    assert list(KEYS) == list(TYPES)  # same keys, same order (--list-keys prints them in this order)
+    for key, kind in TYPES.items():
+        default = KNOWN_KEYS[key].default_factory() if kind is list else KNOWN_KEYS[key].default
+        assert type(default) is kind and KNOWN_KEYS[key].metadata["help"], key
+
+
+def test_a_config_toml_of_an_older_run_still_loads(tmp_path):
+    """Runs used to save RUN/config.toml: a header comment, then every key flat."""
+    cfg, _ = load_config("gpt2-tiny", ["data-path=0.3 a 0.7 b"])
+    lines = ["# resolved config of this run (from gpt2-tiny); rerun with --config this-file"]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in cfg.to_dict().items()]
+    path = tmp_path / "config.toml"
+    path.write_text("\n".join(lines) + "\n")
+    assert load_config(str(path))[0] == cfg

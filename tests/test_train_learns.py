@@ -50,7 +50,7 @@ def test_run_leaves_logs_plot_and_checkpoint(tiny_run):
     assert (run_dir / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert (run_dir / "checkpoints" / "step_00000200" / "trainer.pt").is_file()
-    assert (run_dir / "config.toml").is_file() and (run_dir / "tokenizer").is_dir()
+    assert (run_dir / "config.json").is_file() and (run_dir / "tokenizer").is_dir()
     assert summary["plot"] == str(run_dir / "loss.png")
 
 

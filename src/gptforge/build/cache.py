@@ -1,6 +1,6 @@
 """A wheel cache several builders (processes, nodes on a shared filesystem) may use at once.
 
-Layout under the cache root::
+Layout under the cache root (``--cache DIR``, else ``wheels/`` of the gptforge cache: docs/build.md)::
 
     <root>/<kind>/<key>/            one finished entry, published by an atomic rename
         <name>-<ver>-<tags>.whl
@@ -9,6 +9,7 @@ Layout under the cache root::
     <root>/<kind>/logs/<key>-<utc>-<pid>.log   every build's log, kept when a build fails
     <root>/<kind>/<key>.lock        filelock: the builder holding it compiles, the others wait
     <root>/<kind>/.tmp-<key>-<pid>/ work in progress (never read by anyone else)
+    <root>/src/apex-<commit>/      apex sources fetched at a pinned commit
 
 The key is the SHA-256 of the canonical JSON of its inputs, so the same inputs give the same key on
 every machine and any change of an input gives another key.
@@ -25,9 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from filelock import FileLock
-
 from gptforge.errors import GptforgeError, UsageError
+from gptforge.storage import build_once, cache_dir, publish_dir, write_atomic
 
 KEY_LENGTH = 20
 
@@ -38,11 +38,7 @@ def cache_key(inputs: dict) -> str:
 
 
 def default_cache_root() -> Path:
-    env = os.environ.get("GPTFORGE_CACHE")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "gptforge" / "wheels"
+    return cache_dir("wheels")
 
 
 @dataclass(frozen=True)
@@ -79,26 +75,12 @@ class WheelCache:
     def get_or_build(self, key: str, inputs: dict, build: Callable[[Path], Path], *, force: bool = False,
                      log: Path | None = None, on_wait: Callable[[Path], None] | None = None) -> Entry:
         """The entry for ``key``; ``build(workdir) -> wheel`` runs at most once across processes sharing the lock."""
-        if not force and (hit := self.lookup(key)):
-            return hit
-        lock = FileLock(self.lock_path(key))
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            lock.acquire(timeout=0)
-        except TimeoutError:  # before OSError, its base class
-            if on_wait:
-                on_wait(self.lock_path(key))
-            lock.acquire()
-            force = False  # the holder just built it; building again would be the duplicate we avoid
-        except OSError as err:
-            raise UsageError("--cache", f"the wheel cache {self.dir} cannot be created or written: {err.strerror}",
-                             "pass --cache DIR (or set GPTFORGE_CACHE) on a writable file system") from None
-        try:
-            if not force and (hit := self.lookup(key)):
-                return hit
-            return self._build_and_publish(key, inputs, build, log)
-        finally:
-            lock.release()
+        def unwritable(err: OSError) -> UsageError:
+            return UsageError("--cache", f"the wheel cache {self.dir} cannot be created or written: {err.strerror}",
+                              "pass --cache DIR (or set GPTFORGE_CACHE) on a writable file system")
+
+        return build_once(self.lock_path(key), lambda: self.lookup(key), lambda: self._build_and_publish(key, inputs, build, log),
+                          force=force, on_wait=on_wait, unwritable=unwritable)
 
     def _build_and_publish(self, key: str, inputs: dict, build: Callable[[Path], Path], log: Path | None) -> Entry:
         # We hold the key's lock: any work dir of this key belongs to a builder that died (the kernel
@@ -119,15 +101,9 @@ class WheelCache:
                 shutil.copy2(log, stage / "build.log")
             meta = {"key": key, "inputs": inputs, "wheel": wheel.name, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "build_seconds": round(time.time() - started, 1), "host": os.uname().nodename}
-            tmp_meta = stage / "entry.json.tmp"
-            tmp_meta.write_text(json.dumps(meta, indent=2, sort_keys=True))
-            os.replace(tmp_meta, stage / "entry.json")
+            write_atomic(stage / "entry.json", json.dumps(meta, indent=2, sort_keys=True).encode())
             final = self.entry_dir(key)
-            if final.exists():  # --force over an old entry: move it aside, then swap in
-                old = self.dir / f".old-{key}-{os.getpid()}"
-                os.replace(final, old)
-                shutil.rmtree(old, ignore_errors=True)
-            os.replace(stage, final)
+            publish_dir(stage, final, replace=True)  # --force over an old entry swaps it out whole
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return Entry(final, final / meta["wheel"], meta, True)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from gptforge.errors import GptforgeError
 from gptforge.process import split_command
+from gptforge.storage import atomic_path, build_once, cache_dir, write_atomic
 
 MODULE_NAME = "gptforge_helpers"
 SOURCE = Path(__file__).resolve().parent.parent / "data" / "helpers.cpp"
@@ -48,9 +49,7 @@ class HelpersBuild:
 
 
 def cache_root() -> Path:
-    env = os.environ.get("GPTFORGE_CACHE")
-    base = Path(env).expanduser() if env else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gptforge"
-    return base / "helpers"
+    return cache_dir("helpers")
 
 
 def abi() -> dict:
@@ -86,42 +85,35 @@ def find_compiler() -> str:
 
 def build_helpers(*, force: bool = False, source: Path = SOURCE) -> HelpersBuild:
     """Compile the helpers into the cache unless an identical build is already there."""
-    from filelock import FileLock
-
     target = module_path(source)
+    start = time.perf_counter()
+
+    def cached() -> HelpersBuild | None:
+        entry = intact_entry(target)
+        return None if entry is None else HelpersBuild(target, target.parent.name, False, time.perf_counter() - start,
+                                                       entry.get("command", []))
+
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(target.parent.with_suffix(".lock"))):
-            return _build_locked(source, target, force)
+        return build_once(target.parent.with_suffix(".lock"), cached, lambda: _compile(source, target, start), force=force)
     except OSError as err:
         raise HelpersBuildError(f"cannot use the helpers cache {cache_root()}: {err.strerror or err}",
                                 "set GPTFORGE_CACHE to a writable directory") from None
 
 
-def _build_locked(source: Path, target: Path, force: bool) -> HelpersBuild:
-    start = time.perf_counter()
-    key = target.parent.name
-    entry = intact_entry(target)
-    if entry is not None and not force:
-        return HelpersBuild(target, key, False, time.perf_counter() - start, entry.get("command", []))
-    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
-    command = compile_command(source, tmp, find_compiler())
-    try:
+def _compile(source: Path, target: Path, start: float) -> HelpersBuild:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(target) as tmp:  # a failed or interrupted compile leaves no partial module
+        command = compile_command(source, tmp, find_compiler())
         proc = subprocess.run(command, capture_output=True, text=True)
         if proc.returncode != 0:
             log = target.parent / "build.log"
             log.write_text(f"$ {shlex.join(command)}\n{proc.stdout}{proc.stderr}")
             first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:200])
             raise HelpersBuildError(f"compiling {source.name} failed: {first or f'exit status {proc.returncode}'}", f"full log: {log}")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)  # a failed or interrupted compile leaves no partial module
     entry = {"command": command, **abi(), "python": sys.version.split()[0], "built_at": time.time(),
              "sha256": _sha256(target)}
-    staged = target.parent / f".entry.json.partial-{os.getpid()}"
-    staged.write_text(json.dumps(entry, indent=2) + "\n")
-    os.replace(staged, target.parent / "entry.json")
-    return HelpersBuild(target, key, True, time.perf_counter() - start, command)
+    write_atomic(target.parent / "entry.json", (json.dumps(entry, indent=2) + "\n").encode())
+    return HelpersBuild(target, target.parent.name, True, time.perf_counter() - start, command)
 
 
 def _sha256(path: Path) -> str:

@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from gptforge.errors import GptforgeError, UsageError
+from gptforge.storage import publish_dir
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
@@ -119,7 +120,6 @@ def clone(repo: str, commit: str, dest: Path) -> ApexSource:
         if git_commit(dest) == commit:  # another builder finished first
             shutil.rmtree(tmp, ignore_errors=True)
         else:
-            shutil.rmtree(dest, ignore_errors=True)
-            os.replace(tmp, dest)
+            publish_dir(tmp, dest, replace=True)
     env_to_flag, parallel = read_setup(dest / "setup.py")
     return ApexSource(dest, commit, commit, env_to_flag, parallel)

@@ -62,7 +62,7 @@ def _common(p) -> None:
                    "(default: the GPUs present that nvcc can target)")
     p.add_argument("--jobs", type=_positive, metavar="N", help="compiler processes at once (default: from cores and free memory)")
     p.add_argument("--cache", type=Path, metavar="DIR", help="wheel cache, may be shared by nodes "
-                   "(default: $GPTFORGE_CACHE or ~/.cache/gptforge/wheels)")
+                   "(default: $GPTFORGE_CACHE/wheels, else ~/.cache/gptforge/wheels)")
     p.add_argument("--force", action="store_true", help="rebuild even when the cache has this wheel")
     p.add_argument("--no-install", action="store_true", help="only make sure the cache holds the wheel (e.g. on a "
                    "build node filling a shared cache); implies --no-verify")

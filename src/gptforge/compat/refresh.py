@@ -21,7 +21,6 @@ import sys
 import tempfile
 import urllib.request
 from collections import defaultdict
-from importlib import resources
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename

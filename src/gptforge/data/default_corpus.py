@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import os
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Iterator
 
 from gptforge.errors import GptforgeError, UsageError
+from gptforge.storage import atomic_path, build_once, write_atomic
 
 CORPUS_NAME = "stdlib_docs"
 CORPUS_FORMAT = 2  # bump when the assembly below or the saved files change
@@ -96,14 +96,12 @@ def write_corpus_jsonl(path: Path) -> tuple[int, str]:
     """Write the corpus as JSON lines (``{"text": ...}``); returns (documents, sha256 of the file)."""
     digest = hashlib.sha256()
     count = 0
-    tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
-    with open(tmp, "wb") as f:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
         for text in corpus_documents():
             line = (json.dumps({"text": text}, ensure_ascii=False) + "\n").encode("utf-8")
             digest.update(line)
             f.write(line)
             count += 1
-    os.replace(tmp, path)
     return count, digest.hexdigest()
 
 
@@ -144,8 +142,6 @@ def prepare_default(out_dir: Path, *, vocab_size: int = 8192, seq_hint: int | No
     files at once. Safe to call from several processes at once (a file lock serialises them).
     ``seq_hint``: a sequence length the caller will train with; an error if the corpus is shorter.
     """
-    from filelock import FileLock
-
     from gptforge.data.prepare import prepare
 
     out_dir = Path(out_dir)
@@ -154,10 +150,8 @@ def prepare_default(out_dir: Path, *, vocab_size: int = 8192, seq_hint: int | No
     except OSError as err:
         raise UsageError("--default-corpus", f"cannot create {out_dir}: {err.strerror or err}", "give a directory you can write to") from None
     expected = _expected_manifest(vocab_size)
-    with FileLock(str(out_dir / ".prepare.lock")):
-        paths = _cached(out_dir, expected)
-        if paths is None:
-            paths = _build(out_dir, expected, vocab_size, progress, prepare)
+    paths = build_once(out_dir / ".prepare.lock", lambda: _cached(out_dir, expected),
+                       lambda: _build(out_dir, expected, vocab_size, progress, prepare))
     if seq_hint is not None and paths.manifest["tokens"] < seq_hint + 1:
         raise GptforgeError(f"the default corpus has {paths.manifest['tokens']} tokens, fewer than one sequence of {seq_hint}")
     return paths
@@ -178,7 +172,5 @@ def _build(out_dir: Path, expected: dict, vocab_size: int, progress: bool, prepa
                 "eod_id": result.tokenizer.eod_id, "tokenizer_vocab_size": result.tokenizer.vocab_size,
                 "file_bytes": {p.name: p.stat().st_size for p in (Path(f"{prefix}.bin"), Path(f"{prefix}.idx"),
                                                                    tokenizer_dir / "vocab.json", tokenizer_dir / "merges.txt")}}
-    tmp = out_dir / f"manifest.json.partial-{os.getpid()}"
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(tmp, out_dir / "manifest.json")
+    write_atomic(out_dir / "manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())
     return DataPaths(result.prefixes["text"], tokenizer_dir, manifest)

@@ -32,6 +32,7 @@ from gptforge.core.dataspec import SPLIT_NAMES, split_weights
 from gptforge.data.indexed import IndexedDataset, idx_path
 from gptforge.data.sample_index import build_blending_indices, build_sample_idx
 from gptforge.errors import UsageError
+from gptforge.storage import atomic_path, build_once, write_atomic
 
 SEPARATE_EPOCH_THRESHOLD = 0.80
 MID_LEVEL_SURPLUS = 0.005  # Megatron's default extra samples per blended component
@@ -112,12 +113,6 @@ def _idx_digest(prefix: str) -> str:
     return h.hexdigest()
 
 
-def _save_atomic(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(f"{path.name}.partial-{os.getpid()}.npy")
-    np.save(tmp, array, allow_pickle=False)
-    os.replace(tmp, path)
-
-
 class GPTDataset(Sequence):
     """``seq_length + 1`` tokens per sample from one split of one indexed dataset."""
 
@@ -143,18 +138,23 @@ class GPTDataset(Sequence):
         return {n.split(".")[0]: cache_dir / f"{base}-{n}" for n in names}
 
     def _load_or_build(self, cache_dir: Path, documents: np.ndarray):
-        from filelock import FileLock
-
         paths = self._paths(cache_dir)
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(cache_dir / f"{self.cache_key}.lock")):
-            if not paths["description"].is_file():
-                arrays = build_indices(self.dataset.sequence_lengths, documents, self.num_samples, self.seq_length,
-                                       json.loads(self.description)["random_seed"])
-                for name, array in zip(("document_index", "sample_index", "shuffle_index"), arrays):
-                    _save_atomic(paths[name], array)
-                paths["description"].write_text(self.description)  # written last: marks a complete entry
-        return tuple(np.load(paths[n], mmap_mode="r") for n in ("document_index", "sample_index", "shuffle_index"))
+        names = ("document_index", "sample_index", "shuffle_index")
+
+        def cached():
+            return paths["description"] if paths["description"].is_file() else None
+
+        def build():
+            arrays = build_indices(self.dataset.sequence_lengths, documents, self.num_samples, self.seq_length,
+                                   json.loads(self.description)["random_seed"])
+            for name, array in zip(names, arrays):
+                with atomic_path(paths[name]) as tmp:
+                    np.save(tmp, array, allow_pickle=False)
+            write_atomic(paths["description"], self.description.encode())  # written last: marks a complete entry
+            return paths["description"]
+
+        build_once(cache_dir / f"{self.cache_key}.lock", cached, build)
+        return tuple(np.load(paths[n], mmap_mode="r") for n in names)
 
     def __len__(self) -> int:
         return self.num_samples

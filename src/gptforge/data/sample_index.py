@@ -15,16 +15,9 @@ import numpy as np
 _NOTICE_SHOWN = False
 
 
-def reference_build_sample_idx(
-    sizes: np.ndarray,
-    document_idx: np.ndarray,
-    seq_length: int,
-    num_epochs: int,
-    tokens_per_epoch: int,
-    drop_last_partial_sequence: bool = True,
-    add_extra_token_to_sequence: int = 1,
-    dtype=np.int32,
-) -> np.ndarray:
+def reference_build_sample_idx(sizes: np.ndarray, document_idx: np.ndarray, seq_length: int, num_epochs: int,
+                               tokens_per_epoch: int, drop_last_partial_sequence: bool = True,
+                               add_extra_token_to_sequence: int = 1, dtype=np.int32) -> np.ndarray:
     """Rows ``(i, offset)``: sample ``j`` spans from row ``j`` to row ``j + 1`` of the documents
     ``document_idx`` laid end to end; row ``i`` indexes ``document_idx``, ``offset`` counts tokens.
 

@@ -23,7 +23,7 @@ import numpy as np
 from gptforge.core.dataspec import TOKENIZER_KINDS
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.paths import not_a_file
-from gptforge.storage import write_failed, writing
+from gptforge.storage import publish_dir, write_failed, writing
 
 EOD_TOKEN = "<|endoftext|>"
 VOCAB_NAME = "vocab.json"
@@ -264,7 +264,7 @@ def publish_trained(staging: Path, final: Path) -> Tokenizer:
     ``final`` is new, else its files moved in (``final`` holds no vocab.json, or it would have been used)."""
     with writing(final):
         if not os.path.lexists(final):
-            os.replace(staging, final)
+            publish_dir(staging, final)
         else:
             for name in TRAINED_FILES:
                 os.replace(staging / name, final / name)

@@ -9,18 +9,14 @@ rename it over the old name. A reader sees the old link or the new one, never a 
 from __future__ import annotations
 
 import os
-import signal
 
 from gptforge.compat.findings import Finding, Severity
 from gptforge.errors import GptforgeError
 from gptforge.links.layout import TMP_MARK, Layout
 from gptforge.links.plan import Step
 from gptforge.links.record import UndoRecord
-from gptforge.storage import writing
+from gptforge.storage import kill_point, writing
 
-# Fault injection for the crash-safety tests: the process kills itself (SIGKILL) at the Nth
-# file-system change of a run. Never set in normal use.
-CRASH_ENV = "GPTFORGE_LINKS_CRASH_AT"
 _changes = 0
 
 
@@ -28,8 +24,7 @@ def checkpoint() -> None:
     """Count one file-system change; die here if the crash test asked for it."""
     global _changes
     _changes += 1
-    if os.environ.get(CRASH_ENV) == str(_changes):
-        os.kill(os.getpid(), signal.SIGKILL)
+    kill_point("change", _changes)
 
 
 def problems_before_change(layout: Layout, steps: list[Step], record_dir: str) -> list[Finding]:

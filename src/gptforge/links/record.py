@@ -1,6 +1,6 @@
 """The undo record: for every path a run changes, what was there before the first change.
 
-It is written atomically (temp file, fsync, rename) before each change, so a run killed at any
+It is written atomically (``storage.write_atomic``: temp file, fsync, rename) before each change, so a run killed at any
 point leaves a record that covers every change made. A run that finds an unfinished record (status
 other than "complete") adds to it, keeping the earliest state of each path; ``--undo`` restores
 those states and then deletes the record.
@@ -17,7 +17,7 @@ import os
 
 from gptforge.errors import GptforgeError
 from gptforge.links.layout import TMP_MARK, Layout
-from gptforge.storage import writing
+from gptforge.storage import write_atomic, writing
 
 KINDS = ("absent", "link", "file", "dir", "other")
 
@@ -74,20 +74,14 @@ class UndoRecord:
         self.data["status"] = status
         directory = os.path.dirname(self.layout.undo_path)
         created = not os.path.isdir(directory)
-        tmp = os.path.join(directory, f"{TMP_MARK}{os.getpid()}.json")
-        with writing(self.layout.undo_path):
-            try:
+        tmp = os.path.join(directory, f"{TMP_MARK}{os.getpid()}.json")  # delete() sweeps what a killed save left
+        try:
+            with writing(self.layout.undo_path):
                 os.makedirs(directory, exist_ok=True)
-                with open(tmp, "w", encoding="utf-8") as f:
-                    json.dump(self.data, f, indent=1)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.layout.undo_path)
-            finally:
-                if os.path.lexists(tmp):
-                    os.unlink(tmp)
-                if created and os.path.isdir(directory) and not os.listdir(directory):
-                    os.rmdir(directory)  # a first save that failed leaves the prefix as it was
+            write_atomic(self.layout.undo_path, json.dumps(self.data, indent=1).encode(), tmp)
+        finally:
+            if created and os.path.isdir(directory) and not os.listdir(directory):
+                os.rmdir(directory)  # a first save that failed leaves the prefix as it was
 
     def delete(self) -> None:
         """Remove the record, stale temp files next to it, and its directory when empty."""

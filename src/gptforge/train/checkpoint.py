@@ -19,15 +19,16 @@ import hashlib
 import json
 import pickle
 import os
+import random
 import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from gptforge.errors import GptforgeError, UsageError
-from gptforge.storage import write_atomic, writing
-from gptforge.train.testhooks import maybe_kill
+from gptforge.storage import kill_point, publish_dir, write_atomic, writing
 
 PREFIX = "step_"
 TRAINER_FILE = "trainer.pt"
@@ -110,9 +111,7 @@ def commit(root: Path, step: int, keep_last: int) -> Path:
     tmp, final = staging_dir(root, step), root / step_dir_name(step)
     write_checksums(tmp)
     fsync_dir(tmp)
-    if final.exists():  # the same step saved again after a resume: replace it as a whole
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    publish_dir(tmp, final, replace=True)  # the same step saved again after a resume replaces it whole
     fsync_dir(root)
     write_atomic(root / "latest", (final.name + "\n").encode())
     prune(root, keep_last)
@@ -230,6 +229,33 @@ def check_shape(state: dict, expected_shape: dict, ckpt: Path) -> None:
                          "resume with the config it was trained with, or start a new --run-dir")
 
 
+def seed_all(seed: int) -> None:
+    """Every random number generator a step touches (python, numpy, torch CPU/CUDA): seeded, captured into
+    rng_rank<R>.pt and restored from it."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def capture_rng() -> dict:
+    """Plain values and tensors only, so that the file loads with ``torch.load(weights_only=True)``."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    numpy_state = (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached)
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["torch_cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict) -> None:
+    random.setstate(state["python"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch_cpu"])
+    if "torch_cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["torch_cuda"])
+
+
 def write_rank_files(tmp: Path, rank: int, rng_state: dict) -> None:
     save_file(rng_state, tmp / f"rng_rank{rank}.pt")
 
@@ -237,7 +263,7 @@ def write_rank_files(tmp: Path, rank: int, rng_state: dict) -> None:
 def write_main_files(tmp: Path, step: int, model_state: dict | None, optimizer_state: dict | None, trainer_state: dict) -> None:
     if model_state is not None:
         save_file(model_state, tmp / "model.pt")
-    maybe_kill("save", step)
+    kill_point("save", step)
     if optimizer_state is not None:
         save_file(optimizer_state, tmp / "optimizer.pt")
     save_file(trainer_state, tmp / TRAINER_FILE)

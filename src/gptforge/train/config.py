@@ -1,14 +1,17 @@
-"""Training configuration: packaged TOML files with Megatron-style keys, plus ``key=value`` overrides.
+"""Training configuration: flat TOML presets with Megatron-style keys, plus ``key=value`` overrides.
 
-A TOML file may group keys under tables ([model], [optim], ...) for reading; the tables are flattened,
-every key is unique, and an unknown key anywhere is an error. Overrides use the same hyphenated names.
+``TrainConfig``'s annotations give each key's type; keys.toml beside this file gives its default and
+its help line. A file may still group keys under tables ([model], [optim], ...) for reading: every key
+is unique, and an unknown key anywhere is an error. A run saves its resolved config as JSON, which
+``--config`` reads back.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import math
 import tomllib
+import typing
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -21,70 +24,118 @@ PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 MODEL_KEYS = ("num-layers", "hidden-size", "num-attention-heads")  # a config file must say which model
 SEED_LIMIT = 2**32  # numpy's RandomState (the dataset shuffles) takes seeds in [0, 2**32)
 TOKENIZERS = ("default", *TOKENIZER_KINDS)  # default: the embedded corpus, which brings its own
+KEYS = tomllib.loads(Path(__file__).with_name("keys.toml").read_text())
 
 
-def _key(default, help: str):
-    """A config key: its default and the one line ``--list-keys`` prints for it."""
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+def key_name(attr: str) -> str:
+    return attr.replace("_", "-")
 
 
-@dataclass
+def attr_name(key: str) -> str:
+    return key.replace("-", "_")
+
+
+def check_value(key: str, value, kind: type, source: str):
+    """``value`` (read from a file or an override) as the ``kind`` the key needs, or a UsageError naming both."""
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is list and isinstance(value, (str, list)):
+        return coerce_path_list(key, value, source)
+    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+        raise UsageError(source, f"{key} must be {kind.__name__}, got {value!r}", f"e.g. {key}={default_text(key)}")
+    return value
+
+
+def value_text(value) -> str:
+    """A value as a TOML/JSON literal (floats as Python writes them, so nan and inf stay readable)."""
+    return repr(value) if isinstance(value, float) else json.dumps(value)
+
+
+def coerce_path_list(key: str, value, source: str) -> list[str]:
+    """``data-path``: one prefix, or WEIGHT PREFIX pairs; numbers only where a weight goes."""
+    items = value.split() if isinstance(value, str) else value
+    blend = len(items) > 1
+    out = []
+    for i, item in enumerate(items):
+        weight_slot = blend and i % 2 == 0
+        is_number = isinstance(item, (int, float)) and not isinstance(item, bool)
+        if not (isinstance(item, str) or (weight_slot and is_number)):
+            raise UsageError(source, f"{key} item {item!r} is not a {'weight or a ' if weight_slot else ''}path",
+                             "e.g. data-path=my_text_document or data-path='0.7 a_text 0.3 b_text'")
+        out.append(str(item))
+    return out
+
+
+def default_text(key: str) -> str:
+    default = KEYS[key]["default"]
+    return str(default).lower() if isinstance(default, bool) else repr(default) if isinstance(default, (str, list)) else str(default)
+
+
+def _with_keys(cls):
+    """The dataclass of ``cls``: each field's type from its annotation, its default and help line from keys.toml."""
+    for attr, kind in typing.get_type_hints(cls).items():
+        key = key_name(attr)
+        default = check_value(key, KEYS[key]["default"], kind, "keys.toml")
+        where = {"default_factory": lambda d=default: list(d)} if kind is list else {"default": default}
+        setattr(cls, attr, field(**where, metadata={"help": KEYS[key]["help"]}))
+    return dataclass(cls)
+
+
+@_with_keys
 class TrainConfig:
     # model
-    num_layers: int = _key(12, "transformer blocks")
-    hidden_size: int = _key(768, "model width")
-    num_attention_heads: int = _key(12, "attention heads (must divide hidden-size)")
-    seq_length: int = _key(1024, "tokens per training sample")
-    max_position_embeddings: int = _key(1024, "size of the position table (>= seq-length)")
-    dropout: float = _key(0.0, "dropout probability (0: none)")
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    seq_length: int
+    max_position_embeddings: int
+    dropout: float
     # optimizer and schedule
-    lr: float = _key(6e-4, "peak learning rate")
-    min_lr: float = _key(6e-5, "learning rate at the end of the cosine decay")
-    lr_warmup_iters: int = _key(0, "linear warmup steps (0: use lr-warmup-fraction)")
-    lr_warmup_fraction: float = _key(0.0, "warmup as a fraction of the decay steps, used when lr-warmup-iters is 0")
-    lr_decay_iters: int = _key(0, "cosine decay steps (0: train-iters)")
-    weight_decay: float = _key(0.1, "AdamW weight decay (not on biases and norms)")
-    adam_beta1: float = _key(0.9, "AdamW beta1")
-    adam_beta2: float = _key(0.95, "AdamW beta2")
-    adam_eps: float = _key(1e-8, "AdamW epsilon")
-    clip_grad: float = _key(1.0, "gradient-norm clipping (0: none)")
+    lr: float
+    min_lr: float
+    lr_warmup_iters: int
+    lr_warmup_fraction: float
+    lr_decay_iters: int
+    weight_decay: float
+    adam_beta1: float
+    adam_beta2: float
+    adam_eps: float
+    clip_grad: float
     # batch and length
-    micro_batch_size: int = _key(8, "samples per forward/backward on one device")
-    global_batch_size: int = _key(64, "samples per optimizer step (micro x accumulation x data-parallel)")
-    train_iters: int = _key(1000, "optimizer steps of the run")
-    seed: int = _key(1234, "random seed (weights, data order, dropout)")
+    micro_batch_size: int
+    global_batch_size: int
+    train_iters: int
+    seed: int
     # evaluation, checkpoints, logs
-    eval_interval: int = _key(100, "steps between validation losses (and one at the end)")
-    eval_iters: int = _key(10, "global batches per validation loss")
-    save_interval: int = _key(500, "steps between checkpoints (and one at the end)")
-    keep_last: int = _key(2, "checkpoints kept")
-    log_interval: int = _key(10, "steps between log lines")
+    eval_interval: int
+    eval_iters: int
+    save_interval: int
+    keep_last: int
+    log_interval: int
     # data
-    data_path: list = _key([], "Megatron style: PREFIX, or a blend 'W1 P1 W2 P2' (empty: the embedded corpus)")
-    split: str = _key("949,50,1", "train,valid,test weights")
-    tokenizer_type: str = _key("default", "tokenizer the data was prepared with: default (embedded corpus), gpt2, bytelevel")
-    tokenizer_dir: str = _key("", "directory with vocab.json + merges.txt")
-    vocab_file: str = _key("", "GPT-2 style vocab.json")
-    merge_file: str = _key("", "GPT-2 style merges.txt")
-    default_vocab_size: int = _key(8192, "vocabulary of the byte-level BPE trained on the embedded corpus")
-    data_cache_dir: str = _key(".gptforge/data", "where the embedded corpus and sample indices are cached")
+    data_path: list
+    split: str
+    tokenizer_type: str
+    tokenizer_dir: str
+    vocab_file: str
+    merge_file: str
+    default_vocab_size: int
+    data_cache_dir: str
     # precision and accelerators (each used only when installed AND asked for)
-    precision: str = _key("auto", "auto (bf16 on GPUs that have it, else fp16 + loss scaling; fp32 on CPU), bf16, fp16, fp32")
-    tf32: bool = _key(True, "TF32 matmuls on GPUs that have them")
-    compile: bool = _key(False, "torch.compile the model")
-    compile_mode: str = _key("default", "torch.compile mode: default, max-autotune-no-cudagraphs, reduce-overhead, max-autotune")
-    attention_backend: str = _key("auto", "pin SDPA's kernel: auto, flash, cudnn, efficient, math")
-    fused_loss: bool = _key(False, "output layer + cross-entropy in chunks, never the full logits tensor")
-    loss_chunk_tokens: int = _key(8192, "tokens per chunk of the fused loss")
-    fused_adamw: bool = _key(True, "torch AdamW's fused CUDA kernel (foreach when false or on CPU)")
-    apex_fused_adam: bool = _key(False, "apex FusedAdam (when apex is installed)")
-    apex_layernorm: bool = _key(False, "apex FusedLayerNorm (when apex is installed)")
-    transformer_engine: bool = _key(False, "TransformerEngine layers (when installed)")
-    fp8: bool = _key(False, "FP8 matmuls through TransformerEngine (sm_89 and newer)")
-    fp8_recipe: str = _key("delayed", "TransformerEngine FP8 scaling recipe: delayed, current")
-    float8: str = _key("off", "torchao float8 training of the blocks' Linear layers: off, tensorwise, rowwise (sm_89+)")
+    precision: str
+    tf32: bool
+    compile: bool
+    compile_mode: str
+    attention_backend: str
+    fused_loss: bool
+    loss_chunk_tokens: int
+    fused_adamw: bool
+    apex_fused_adam: bool
+    apex_layernorm: bool
+    transformer_engine: bool
+    fp8: bool
+    fp8_recipe: str
+    float8: str
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(
@@ -109,15 +160,8 @@ class TrainConfig:
         return {key_name(f.name): getattr(self, f.name) for f in fields(self)}
 
 
-def key_name(attr: str) -> str:
-    return attr.replace("_", "-")
-
-
-def attr_name(key: str) -> str:
-    return key.replace("-", "_")
-
-
 KNOWN_KEYS = {key_name(f.name): f for f in fields(TrainConfig)}
+TYPES = {key_name(attr): kind for attr, kind in typing.get_type_hints(TrainConfig).items()}
 
 
 def packaged_configs() -> list[str]:
@@ -127,7 +171,7 @@ def packaged_configs() -> list[str]:
 
 def resolve_config_path(name_or_path: str) -> Path:
     path = Path(name_or_path)
-    if path.suffix == ".toml" and path.is_file():
+    if path.suffix in (".toml", ".json") and path.is_file():
         return path
     packaged = resources.files("gptforge") / "configs" / f"{name_or_path}.toml"
     if packaged.is_file():
@@ -156,46 +200,11 @@ def _leaves(table: dict, name: str = ""):
             yield key, value, name
 
 
-def coerce(key: str, value, source: str):
-    expected = KNOWN_KEYS[key].type
-    expected = {"int": int, "float": float, "bool": bool, "str": str, "list": list}.get(expected, expected)
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if expected is list and isinstance(value, (str, list)):
-        return coerce_path_list(key, value, source)
-    if expected is int and isinstance(value, bool) or not isinstance(value, expected):
-        raise UsageError(source, f"{key} must be {expected.__name__}, got {value!r}", f"e.g. {key}={default_text(key)}")
-    return value
-
-
 def list_keys(cfg: TrainConfig) -> str:
     """Every key with its value in ``cfg`` and its description, one line each, as TOML."""
-    from gptforge.train.tomlout import value_text
-
     lines = [f"{key_name(f.name)} = {value_text(getattr(cfg, f.name))}" for f in fields(cfg)]
     width = max(map(len, lines))
     return "\n".join(f"{line:<{width}}  # {f.metadata['help']}" for line, f in zip(lines, fields(cfg)))
-
-
-def coerce_path_list(key: str, value, source: str) -> list[str]:
-    """``data-path``: one prefix, or WEIGHT PREFIX pairs; numbers only where a weight goes."""
-    items = value.split() if isinstance(value, str) else value
-    blend = len(items) > 1
-    out = []
-    for i, item in enumerate(items):
-        weight_slot = blend and i % 2 == 0
-        is_number = isinstance(item, (int, float)) and not isinstance(item, bool)
-        if not (isinstance(item, str) or (weight_slot and is_number)):
-            raise UsageError(source, f"{key} item {item!r} is not a {'weight or a ' if weight_slot else ''}path",
-                             "e.g. data-path=my_text_document or data-path='0.7 a_text 0.3 b_text'")
-        out.append(str(item))
-    return out
-
-
-def default_text(key: str) -> str:
-    f = KNOWN_KEYS[key]
-    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-    return str(default).lower() if isinstance(default, bool) else repr(default) if isinstance(default, (str, list)) else str(default)
 
 
 def check_known(key: str, source: str) -> None:
@@ -214,28 +223,40 @@ def parse_override(text: str):
     key = key.strip().lstrip("-")
     key = key.rsplit(".", 1)[-1]  # accept "optim.lr" as "lr"
     check_known(key, "override")
+    return key, check_value(key, override_value(raw, TYPES[key]), TYPES[key], "override")
+
+
+TEXT_KINDS = {str: str, list: (str, list)}  # kinds a bare word on the command line already is
+
+
+def override_value(raw: str, kind: type):
+    """A command-line value: JSON for numbers, true/false, arrays and quoted strings, and nan or inf for a
+    float; anything else is the text itself (bare strings need no quotes: data-path=my/prefix precision=bf16)."""
     try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw  # bare strings need no quotes: data-path=my/prefix precision=bf16
-    if KNOWN_KEYS[key].type == "str" and not isinstance(value, str):
-        value = raw
-    return key, coerce(key, value, "override")
+        value = float(raw) if kind is float else json.loads(raw)
+    except ValueError:
+        return raw  # a bare word; where the key needs another kind, check_value says so
+    return raw if kind in TEXT_KINDS and not isinstance(value, TEXT_KINDS[kind]) else value
+
+
+def read_config_file(path: Path) -> dict:
+    """The keys of a TOML config, or of a run's resolved config (JSON)."""
+    try:
+        text = path.read_text()
+        return json.loads(text) if path.suffix == ".json" else flatten(tomllib.loads(text), path.name)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UsageError("--config", f"{path.name} is not valid {path.suffix[1:].upper()}: {err}", "fix the file") from None
+    except OSError as err:
+        raise UsageError("--config", f"cannot read {path}: {err.strerror}", "give a readable .toml file") from None
 
 
 def load_config(name_or_path: str, overrides: list[str] = ()) -> tuple[TrainConfig, Path]:
     path = resolve_config_path(name_or_path)
-    try:
-        table = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise UsageError("--config", f"{path.name} is not valid TOML: {err}", "fix the file") from None
-    except OSError as err:
-        raise UsageError("--config", f"cannot read {path}: {err.strerror}", "give a readable .toml file") from None
     values = {}
-    flat = flatten(table, path.name)
+    flat = read_config_file(path)
     for key, value in flat.items():
         check_known(key, path.name)
-        values[key] = coerce(key, value, path.name)
+        values[key] = check_value(key, value, TYPES[key], path.name)
     missing = [key for key in MODEL_KEYS if key not in flat]
     if missing:
         raise UsageError("--config", f"{path.name} does not say which model to train (no {', '.join(missing)})",
@@ -251,7 +272,7 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
     """Every check that needs no GPU and no data; raises UsageError naming the key and the fix."""
     for f in fields(cfg):
         value = getattr(cfg, f.name)
-        if f.type == "float" and not math.isfinite(value):
+        if TYPES[key_name(f.name)] is float and not math.isfinite(value):
             raise UsageError(key_name(f.name), f"must be a finite number, got {value}", f"e.g. {key_name(f.name)}={default_text(key_name(f.name))}")
     check_seed(cfg.seed, "seed")
     positive = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "max_position_embeddings",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +16,7 @@ import torch
 
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.paths import not_a_file
+from gptforge.storage import publish_dir
 from gptforge.train.config import TrainConfig
 
 DEFAULT_TOKENIZER = "bytelevel"  # the kind name gptforge.data gives the embedded corpus' BPE
@@ -53,7 +54,7 @@ class TokenizerSpec:
             if src:
                 shutil.copy2(src, staged / Path(src).name)
                 setattr(copied, attr, f"tokenizer/{Path(src).name}")
-        os.replace(staged, run_dir / "tokenizer")
+        publish_dir(staged, run_dir / "tokenizer")
         return copied
 
 
@@ -64,7 +65,6 @@ class DataSetup:
     tokenizer: TokenizerSpec
     vocab_size: int
     description: str
-    extra: dict = field(default_factory=dict)
 
 
 def prefixes_and_weights(cfg: TrainConfig) -> tuple[list[str], list[float] | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib.util
+import json
 import math
 import os
 import resource
@@ -19,17 +20,16 @@ import torch
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT
 from gptforge.model.layers import LayerBackend, resolve_backend
-from gptforge.train import checkpoint, data as datamod, distributed, rng, rundir
+from gptforge.train import checkpoint, data as datamod, distributed, rundir
 from gptforge.train.config import TrainConfig, validate
 from gptforge.train.engine import DeepSpeedEngine, TorchEngine, read_deepspeed_config
 from gptforge.train.estimate import estimate
-from gptforge.train.metrics import MetricsLog, plot_losses, read_records, write_atomic
+from gptforge.storage import kill_point, write_atomic
+from gptforge.train.metrics import MetricsLog, plot_losses, read_records
 from gptforge.train.optim import build_optimizer
 from gptforge.train.peaks import Peak, lookup, mfu
 from gptforge.train.progress import RunProgress
 from gptforge.train.precision import choose
-from gptforge.train.testhooks import maybe_kill
-from gptforge.train.tomlout import dumps
 
 
 @dataclass
@@ -163,7 +163,7 @@ class Trainer:
         if self.device.type == "cuda" and cfg.tf32:
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
-        rng.seed_all(cfg.seed)
+        checkpoint.seed_all(cfg.seed)
         backend = resolve_backend(cfg.apex_layernorm, cfg.transformer_engine, cfg.attention_backend,
                                   cfg.loss_chunk_tokens if cfg.fused_loss else 0)
         self.notes += backend.notes
@@ -200,7 +200,7 @@ class Trainer:
             self.step, self.consumed = self.resume_state["step"], self.resume_state["consumed_samples"]
             saved_rng = checkpoint.load_rank_rng(self.resume_ckpt, self.env.rank, self.resume_state.get("world_size", 1))
             if saved_rng is not None:
-                rng.restore(saved_rng)
+                checkpoint.restore_rng(saved_rng)
             else:
                 self.notes.append(f"rank {self.env.rank} has no saved RNG state (the checkpoint was written by "
                                   f"{self.resume_state.get('world_size', 1)} processes): dropout differs from an unbroken run")
@@ -230,8 +230,7 @@ class Trainer:
     def prepare_run_dir(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         checkpoint.clean_staging(self.ckpt_root)
-        header = f"resolved config of this run (from {self.opts.config_name}); rerun with --config this-file"
-        write_atomic(self.run_dir / "config.toml", dumps(self.cfg.to_dict(), header).encode())
+        write_atomic(self.run_dir / "config.json", json.dumps(self.cfg.to_dict(), indent=2).encode())  # --config reads it back
         if not (self.run_dir / "tokenizer").exists():
             self.tokenizer = self.data.tokenizer.copy_into(self.run_dir)
         else:
@@ -279,7 +278,7 @@ class Trainer:
             loss_sum += self.engine.micro_step(x, y, is_last=micro == self.accum - 1).float()
             if on_micro:
                 on_micro()
-        maybe_kill("step", self.step + 1)
+        kill_point("step", self.step + 1)
         lr = self.engine.lr()
         norm = self.engine.step()
         next_start = datamod.micro_batch_start(self.consumed + cfg.global_batch_size, 0, env.rank, env.world_size,
@@ -315,7 +314,7 @@ class Trainer:
     def write_checkpoint(self, tmp: Path) -> Path | None:
         env = self.env
         self.engine.save_collective(tmp)
-        checkpoint.write_rank_files(tmp, env.rank, rng.capture())
+        checkpoint.write_rank_files(tmp, env.rank, checkpoint.capture_rng())
         if env.is_main:
             model_state, optim_state, extra = self.engine.state()
             trainer_state = {

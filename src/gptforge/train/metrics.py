@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 from gptforge.errors import GptforgeError
-from gptforge.storage import write_atomic, writing
+from gptforge.storage import atomic_path, write_atomic, writing
 
 
 class MetricsLog:
@@ -79,8 +78,7 @@ def plot_losses(metrics_path: Path, out_png: Path, title: str) -> Path:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    tmp = out_png.with_name(f".{out_png.stem}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp)
+    with atomic_path(out_png) as tmp:
+        fig.savefig(tmp)
     plt.close(fig)
-    os.replace(tmp, out_png)
     return out_png
