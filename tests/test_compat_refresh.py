@@ -9,6 +9,7 @@ from packaging.version import Version
 
 from gptforge.compat import refresh
 from gptforge.compat.facts import facts
+from gptforge.core.versions import parse_cuda
 
 
 def _generated(path) -> dict:
@@ -68,3 +69,61 @@ def test_every_gpu_row_names_the_page_or_report_it_was_read_from():
     nvidia = {"https://developer.nvidia.com/cuda-gpus", "https://developer.nvidia.com/cuda-legacy-gpus"}
     assert all(row["source"] in nvidia or row["source"].startswith("https://github.com/") for row in rows)
     assert not [row for row in rows if "third-party" in row.get("note", "") or "unverified" in row.get("note", "")]
+
+
+def test_pypi_builds_table_equals_the_refresh_output_of_its_recorded_input():
+    text = refresh.REQUIRES_INPUT.read_text(encoding="utf-8")
+    assert refresh.REQUIRES_OUTPUT.read_text(encoding="utf-8") == refresh.pypi_builds_table(text)
+    rows = _generated(refresh.REQUIRES_OUTPUT)["wheel"]
+    assert len(rows) > 20
+    assert all(row["source"].startswith("https://files.pythonhosted.org/") and row["source"].endswith(".whl.metadata")
+               and row["source"].rsplit("/", 1)[1] == row["wheel"] + ".metadata" for row in rows)
+
+
+def test_pypi_rows_are_read_from_the_wheels_requires_dist():
+    url = "https://files.pythonhosted.org/packages/x/{}"
+    text = "\n".join([
+        "# comment",
+        f"torch-2.5.1-cp311-cp311-manylinux1_x86_64.whl\t{url.format('a')}\tnvidia-cuda-runtime-cu12==12.4.127; "
+        'platform_system == "Linux" and platform_machine == "x86_64"',
+        f"torch-2.5.1-cp311-cp311-manylinux1_x86_64.whl\t{url.format('a')}\tnvidia-cudnn-cu12==9.1.0.70",
+        f"torch-2.5.1-cp311-cp311-manylinux1_x86_64.whl\t{url.format('a')}\tnvidia-nccl-cu12==2.21.5",
+        f"torch-2.5.1-cp311-cp311-manylinux1_x86_64.whl\t{url.format('a')}\tnvidia-cublas-cu12==12.4.5.8",
+        f"torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl\t{url.format('b')}\t"
+        'cuda-toolkit[cublas,cudart]==13.0.3; platform_system == "Linux"',
+        f"torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl\t{url.format('b')}\tnvidia-cudnn-cu13==9.20.0.48",
+        f"torch-1.12.0-cp310-cp310-manylinux1_x86_64.whl\t{url.format('c')}\tnvidia-dali>=1",  # no CUDA pin: no row
+    ])
+    rows = tomllib.loads(refresh.pypi_builds_table(text))["wheel"]
+    assert rows == [
+        {"version": "2.5.1", "cuda": "12.4", "cudnn": "9.1.0.70", "nccl": "2.21.5",
+         "wheel": "torch-2.5.1-cp311-cp311-manylinux1_x86_64.whl", "source": url.format("a") + ".metadata"},
+        {"version": "2.13.0", "cuda": "13.0", "cudnn": "9.20.0.48",
+         "wheel": "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl", "source": url.format("b") + ".metadata"},
+    ]
+
+
+def _pins() -> dict[tuple[str, str], dict[str, set[str]]]:
+    pins: dict[tuple[str, str], dict[str, set[str]]] = {}
+    for row in _generated(refresh.REQUIRES_OUTPUT)["wheel"]:
+        found = pins.setdefault((".".join(row["version"].split(".")[:2]), row["cuda"]), {"cudnn": set(), "nccl": set()})
+        for key in ("cudnn", "nccl"):
+            found[key] |= {row[key]} if key in row else set()
+    return pins
+
+
+def test_pypi_variants_carry_the_cudnn_and_nccl_their_wheels_pin():
+    """torch.toml's hand-entered cuDNN / NCCL of a PyPI build equal the pins of that build's wheels, and
+    where torch.toml leaves them out the engine takes the wheels' pins."""
+    pins, compared = _pins(), 0
+    for release, entry in facts().torch.items():
+        for variant in entry.variants:
+            pinned = pins.get((release, str(variant.cuda.release)))
+            if variant.channel != "pypi" or pinned is None:
+                continue
+            for key in ("cudnn", "nccl"):
+                if len(pinned[key]) == 1:
+                    compared += 1
+                    assert str(getattr(variant, key)) in pinned[key], (release, variant.cuda, key, pinned[key])
+    assert compared > 20
+    assert str(facts().torch["2.5"].variant(parse_cuda("12.4")).nccl) == "2.21.5"  # not in torch.toml: from the pins

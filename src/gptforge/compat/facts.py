@@ -6,7 +6,7 @@ Facts live in the TOML files (each row with its source URL); this module only re
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import replace, dataclass, field
 from functools import cache
 from importlib import resources
 
@@ -237,13 +237,36 @@ def _load_torch(facts: Facts) -> None:
         if "nvcc_min" in row:
             facts.cxx_nvcc_min[row["std"]] = parse_cuda(row["nvcc_min"])
     extensions = _cpp_extensions(table.get("cpp_extension", []))
+    pins = _pypi_pins()
     for row in table["release"]:
         low, high = (Version(p) for p in row["python"])
-        variants = tuple(_variant(v, row["source"]) for v in row.get("variant", []))
+        variants = tuple(_with_pins(_variant(v, row["source"]), pins.get((row["version"], v["cuda"])))
+                         for v in row.get("variant", []))
         facts.torch[row["version"]] = TorchRelease(row["version"], (low, high), row["cxx"], variants, row["source"],
                                                    extensions.get(row["version"], CppExtension()))
     python = load_table("torch_python.toml")
     facts.torch_python = {row["version"]: tuple(Version(p) for p in row["python"]) for row in python["wheel"]}
+
+
+def _pypi_pins() -> dict[tuple[str, str], dict[str, set[str]]]:
+    """(torch release, CUDA) -> the cuDNN and NCCL versions its PyPI wheels pin (torch_pypi_builds.toml)."""
+    pins: dict[tuple[str, str], dict[str, set[str]]] = {}
+    for row in load_table("torch_pypi_builds.toml")["wheel"]:
+        release = ".".join(row["version"].split(".")[:2])
+        found = pins.setdefault((release, row["cuda"]), {"cudnn": set(), "nccl": set()})
+        for key in ("cudnn", "nccl"):
+            if key in row:
+                found[key].add(row[key])
+    return pins
+
+
+def _with_pins(variant: TorchVariant, pins: dict[str, set[str]] | None) -> TorchVariant:
+    """A PyPI variant's cuDNN / NCCL, where the table leaves them out, from what every wheel of it pins."""
+    if pins is None or variant.channel != "pypi":
+        return variant
+    filled = {key: Version(next(iter(pins[key]))) for key in ("cudnn", "nccl")
+              if getattr(variant, key) is None and len(pins[key]) == 1}
+    return replace(variant, **filled) if filled else variant
 
 
 def _cpp_extensions(rows: list[dict]) -> dict[str, CppExtension]:
