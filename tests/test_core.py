@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gptforge.compat.gpus import gpu_cc
-from gptforge.core.versions import CudaVersion, parse_cc, parse_cuda
+from gptforge.core.versions import CudaVersion, cuda_release, parse_cc, parse_cuda
 from gptforge.data.gpt_dataset import build_gpt_datasets
 from gptforge.data.indexed import IndexedDatasetWriter
 from gptforge.errors import UsageError
@@ -69,3 +69,14 @@ def test_every_peak_row_resolves_under_the_spellings_the_cc_table_accepts(patter
         name = name.upper() if upper else name.lower()
         assert lookup(name).source == row["source"]
         assert gpu_cc(name) == gpu_cc(row["match"])
+
+
+@given(st.integers(1, 20), st.integers(0, 9), st.one_of(st.none(), st.integers(0, 999)))
+def test_cuda_release_is_major_minor_of_any_printed_version(major, minor, patch):
+    text = f"{major}.{minor}" if patch is None else f"{major}.{minor}.{patch}"
+    assert cuda_release(text) == CudaVersion(major, minor)
+
+
+@pytest.mark.parametrize("text", [None, "", "abc", "12", "twelve.four"])
+def test_cuda_release_of_what_is_no_version_is_none(text):
+    assert cuda_release(text) is None

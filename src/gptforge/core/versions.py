@@ -144,6 +144,14 @@ def parse_cuda(text: str) -> CudaVersion:
     raise VersionError(f"{text!r} is not a CUDA version (expected e.g. 12.4, cu126 or 12080)")
 
 
+def cuda_release(text: str | None) -> CudaVersion | None:
+    """major.minor of a CUDA version string as tools print it (12.8.90, 13.0), None when it is not one."""
+    try:
+        return parse_cuda(text).release if text else None
+    except VersionError:
+        return None
+
+
 @dataclass(frozen=True)
 class TorchVersion:
     """A torch version with its build tag: 2.11.0+cu130 -> (2.11.0, CUDA 13.0)."""

@@ -8,17 +8,10 @@ from __future__ import annotations
 import os
 
 from gptforge.compat.findings import Finding, Severity
+from gptforge.core.versions import cuda_release
 from gptforge.probe.machine import CudaHome, Machine
 
 E, W, I = Severity.ERROR, Severity.WARNING, Severity.INFO
-
-
-def _major_minor(version: str | None) -> tuple[int, int] | None:
-    try:
-        major, minor = (version or "").split(".")[:2]
-        return int(major), int(minor)
-    except ValueError:
-        return None
 
 
 def _has_gpu(machine: Machine) -> bool:
@@ -151,7 +144,7 @@ def check_cuda_home(machine: Machine) -> list[Finding]:
 def check_libcudart(machine: Machine) -> list[Finding]:
     loaded, torch_cuda = machine.libcudart_loaded, machine.torch.cuda
     findings = []
-    majors = {v[0] for lib in loaded if (v := _major_minor(lib.version))}
+    majors = {v.major for lib in loaded if (v := cuda_release(lib.version))}
     if len({lib.real_path for lib in loaded}) > 1:
         files = ", ".join(f"{lib.real_path} ({lib.version})" for lib in loaded)
         findings.append(Finding(
@@ -159,12 +152,12 @@ def check_libcudart(machine: Machine) -> list[Finding]:
             f"more than one CUDA runtime is loaded in this process: {files}",
             "remove the package that brings the stray runtime (e.g. a transformer_engine_cu12 next to a cu13 "
             "torch) or take its directory off LD_LIBRARY_PATH"))
-    want = _major_minor(torch_cuda)
+    want = cuda_release(torch_cuda)
     for lib in loaded:
-        got = _major_minor(lib.version)
+        got = cuda_release(lib.version)
         if want is None or got is None or got == want:
             continue
-        older = got[0] != want[0] or got < want
+        older = got.major != want.major or got < want
         findings.append(Finding(
             "libcudart-version-mismatch", E if older else W,
             f"torch was built with CUDA {torch_cuda} but the loaded libcudart is {lib.version} "

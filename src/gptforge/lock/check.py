@@ -13,6 +13,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from gptforge.core.versions import cuda_release
 from gptforge.lock import exports, pixilock, pypi
 from gptforge.lock.build import conda_provided, glibc, location, project_package, pyproject
 from gptforge.lock.manifest import Environment, Manifest, PypiSpec
@@ -190,7 +191,7 @@ def _cuda_of_torch(conda: list[dict], locked: list[dict]) -> tuple[str | None, s
                 req = Requirement(text)
                 if req.name.startswith("nvidia-cuda-runtime"):
                     spec = next(iter(req.specifier), None)
-                    return str(p["version"]), ".".join(spec.version.split(".")[:2]) if spec else None
+                    return str(p["version"]), str(cuda_release(spec.version)) if spec else None
             return str(p["version"]), None
     return None, None
 
@@ -204,9 +205,9 @@ def compat_problems(env: Environment, lock: dict) -> list[Problem]:
     pick = {key: next((versions[n] for n in names if n in versions), None) for key, names in CUDA_LIBS.items()}
     torch, torch_cuda = _cuda_of_torch(conda, locked)
     out = []
-    if env.platform.cuda and pick["nvcc"] and torch_cuda and pick["nvcc"].split(".")[:2] != torch_cuda.split(".")[:2]:
+    if env.platform.cuda and pick["nvcc"] and torch_cuda and cuda_release(pick["nvcc"]) != cuda_release(torch_cuda):
         out.append(Problem(env.name, "nvcc-torch-mismatch", f"torch's CUDA {torch_cuda} differs from nvcc {pick['nvcc']}"))
-    if env.platform.cuda and torch_cuda and torch_cuda.split(".")[:2] != env.platform.cuda.split(".")[:2]:
+    if env.platform.cuda and torch_cuda and cuda_release(torch_cuda) != cuda_release(env.platform.cuda):
         out.append(Problem(env.name, "cuda-build", f"torch is built for CUDA {torch_cuda}, the platform declares {env.platform.cuda}"))
     combo = Combination(cuda=pick["nvcc"] if env.platform.cuda else None, torch=torch,
                         torch_cuda=torch_cuda if env.platform.cuda else None, python=versions.get("python"),
