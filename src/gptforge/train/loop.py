@@ -60,13 +60,18 @@ class NonFiniteLoss(GptforgeError):
     pass
 
 
+def fp8_gpu(device: torch.device) -> bool:
+    """Whether the device has FP8 tensor cores (sm_89 and newer), which both FP8 paths need."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
+
+
 def fp8_context(cfg: TrainConfig, backend: LayerBackend, device: torch.device):
     """TransformerEngine's fp8_autocast when asked for, TE is on and the GPU is sm_89 or newer."""
     if not cfg.fp8:
         return contextlib.nullcontext, None
     if backend.linear != "te":
         return contextlib.nullcontext, "FP8 asked for but TransformerEngine layers are off: bf16/fp16 matmuls"
-    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
+    if not fp8_gpu(device):
         return contextlib.nullcontext, "FP8 asked for but needs an sm_89+ GPU: bf16/fp16 matmuls"
     from gptforge.model.fp8 import autocast_factory
 
@@ -79,7 +84,7 @@ def torchao_float8(cfg: TrainConfig, backend: LayerBackend, model: torch.nn.Modu
         return None
     if backend.linear != "torch":
         return "torchao float8 asked for but TransformerEngine layers are on: use fp8=true for TE's FP8"
-    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
+    if not fp8_gpu(device):
         return "torchao float8 asked for but needs an sm_89+ GPU: bf16/fp16 matmuls"
     if importlib.util.find_spec("torchao") is None:
         return "torchao float8 asked for but torchao is not installed: bf16/fp16 matmuls"
