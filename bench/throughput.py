@@ -42,12 +42,19 @@ class Lever:
     overrides: tuple[str, ...]
     prediction: str  # written before any measurement; the table shows it next to the result
     needs: str = ""  # a module that must import, else the lever is skipped
+    env: tuple[str, ...] = ()  # NAME=VALUE set in the measuring process (torch's own knobs)
 
 
 # Predictions for GPT-2 124M, batch 32 x 1024, bf16, torch.compile default, one H100 SXM.
 LEVERS = {lv.name: lv for lv in (
     Lever("fused-loss", ("fused-loss=true",),
-          "±2% tok/s (same matmuls; saves the logits round trips) and 3-7 GiB less peak memory"),
+          "+3-8% tok/s: the gptforge::xent Triton kernel reads the bf16 logits twice and writes their gradient "
+          "once, where the compiled reference spends ~12% of the step on loss kernels; 3-7 GiB less memory"),
+    Lever("fused-loss-one-chunk", ("fused-loss=true", "loss-chunk-tokens=1048576"),
+          "+0-2% over fused-loss: one chunk, so three large GEMMs instead of twelve of a quarter the size"),
+    Lever("coordinate-descent", (),
+          "+0-3%: inductor tunes each generated kernel's block sizes (LayerNorm, GELU, loss); more compile time",
+          env=("TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1",)),
     Lever("cudnn-attention", ("attention-backend=cudnn",),
           "+1-4% tok/s: cuDNN's Hopper attention beats FA2 at head dim 64; attention is ~15% of the step"),
     Lever("flash-attention", ("attention-backend=flash",),
@@ -76,7 +83,7 @@ LEVERS = {lv.name: lv for lv in (
     Lever("torchao-float8-rowwise", ("float8=rowwise",),
           "below tensorwise: per-row scales cost more in the cast and the GEMM epilogue", "torchao.float8"),
 )}
-DEFAULT_LEVERS = ("fused-loss", "cudnn-attention", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x",
+DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "coordinate-descent", "cudnn-attention", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x",
                   "flash-attention", "eager", "max-autotune", "te", "te-fp8-delayed", "te-fp8-current",
                   "torchao-float8-tensorwise", "torchao-float8-rowwise")
 
@@ -189,10 +196,11 @@ def child_main(spec_json: str) -> int:
 
 # ---- the parent: plan, run, report -----------------------------------------------------------------------
 
-def run_child(spec: dict, timeout: float) -> dict:
+def run_child(spec: dict, timeout: float, env: tuple[str, ...] = ()) -> dict:
+    child_env = {**os.environ, **dict(e.split("=", 1) for e in env)}
     try:
         proc = subprocess.run([sys.executable, __file__, "--one", json.dumps(spec)], capture_output=True,
-                              text=True, timeout=timeout)
+                              text=True, timeout=timeout, env=child_env)
     except subprocess.TimeoutExpired:
         return {"failed": f"ran past {timeout:.0f} s (time budget)"}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_TAG)]
@@ -220,15 +228,15 @@ class Runner:
     def left(self) -> float:
         return self.plan.budget_s - (time.monotonic() - self.t0)
 
-    def gptforge(self, config: str, extra: list[str], profile: bool = False) -> dict:
+    def gptforge(self, config: str, extra: list[str], profile: str | None = None, env: tuple[str, ...] = ()) -> dict:
         p = self.plan
         if self.left() < 20:
             return {"failed": "skipped: time budget spent"}
         self.count += 1
         spec = {"config": config, "overrides": base_overrides(p.batch, p.precision, p.warmup, p.steps) + p.sets + extra,
                 "warmup": p.warmup, "steps": p.steps, "device": p.device, "run_dir": str(self.work / f"run{self.count}"),
-                "profile": str(p.out / f"profile-{Path(config).stem}.txt") if profile else None}
-        return run_child(spec, self.left())
+                "profile": str(p.out / f"profile-{Path(config).stem}{profile}.txt") if profile is not None else None}
+        return run_child(spec, self.left(), env)
 
     def nanogpt(self, config: str) -> dict:
         p = self.plan
@@ -246,7 +254,7 @@ def with_mfu(row: dict, flops_per_token: float | None, peak_tflops: float | None
 
 
 def compare(runner: Runner, config: str, profile: bool) -> dict:
-    ours = runner.gptforge(config, [], profile)
+    ours = runner.gptforge(config, [], "" if profile else None)
     row = {"model": config, "gptforge": ours, "nanogpt": None, "ratio": None}
     if runner.plan.nanogpt is not None:
         theirs = runner.nanogpt(config)
@@ -259,11 +267,13 @@ def compare(runner: Runner, config: str, profile: bool) -> dict:
 def lever_row(runner: Runner, lever: Lever, baseline: dict) -> dict:
     from gptforge.model.layers import importable
 
-    row = {"lever": lever.name, "overrides": expand(lever.overrides, runner.plan.batch), "prediction": lever.prediction}
+    row = {"lever": lever.name, "overrides": expand(lever.overrides, runner.plan.batch), "env": list(lever.env),
+           "prediction": lever.prediction}
     if lever.needs and not importable(lever.needs):
         row["result"] = {"failed": f"skipped: {lever.needs} is not importable here"}
         return row
-    result = runner.gptforge(runner.plan.lever_model, row["overrides"])
+    profile = f"-{lever.name}" if runner.plan.profile else None
+    result = runner.gptforge(runner.plan.lever_model, row["overrides"], profile, lever.env)
     fell_back = [n for n in result.get("notes", []) if "asked for but" in n]
     if fell_back:  # the trainer fell back (e.g. TE asked for, not usable): the figure is not this lever's
         result = {"failed": "not applied: " + "; ".join(fell_back)}
@@ -303,7 +313,7 @@ def measure_all(plan: Plan, runner: Runner) -> int:
         print_comparison_row(row)
         write_json(plan)
     if plan.levers:
-        baseline = baselines.get(plan.lever_model) or runner.gptforge(plan.lever_model, [], plan.profile)
+        baseline = baselines.get(plan.lever_model) or runner.gptforge(plan.lever_model, [], "" if plan.profile else None)
         print(f"\nlevers on {plan.lever_model}, one at a time against the baseline "
               f"({fmt_rate(baseline)}; prediction written before measuring):")
         for lever in plan.levers:
@@ -355,7 +365,7 @@ def print_comparison_row(row: dict) -> None:
 
 def print_lever_row(row: dict) -> None:
     r = row["result"]
-    head = f"  {row['lever']:<16} ({' '.join(row['overrides'])})"
+    head = f"  {row['lever']:<16} ({' '.join(row['overrides'] + row['env'])})"
     print(head)
     print(f"      predicted: {row['prediction']}")
     if "failed" in r:
@@ -384,7 +394,7 @@ def parse_args(argv: list[str]) -> Plan:
     p.add_argument("--steps", type=int, default=40, help="timed gptforge steps")
     p.add_argument("--budget-s", type=float, default=540, help="stop starting measurements after this many seconds")
     p.add_argument("--min-ratio", type=float, default=None, help="exit 1 when a gptforge/nanoGPT ratio is below this")
-    p.add_argument("--profile", action="store_true", help="also write a torch.profiler kernel table of the lever model's baseline")
+    p.add_argument("--profile", action="store_true", help="also write a torch.profiler kernel table of the lever model's baseline and of each lever")
     a = p.parse_args(argv)
     return make_plan(a)
 

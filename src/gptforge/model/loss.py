@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from gptforge.model.xent import xent
+
 
 def compute_dtype(t: torch.Tensor) -> torch.dtype:
     """The dtype autocast would give the output matmul (the tensor's own outside autocast)."""
@@ -41,14 +43,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros(weight.shape, dtype=wide, device=weight.device)
         for start in range(0, rows, chunk):
             hc, tc = h[start:start + chunk].to(dtype), targets[start:start + chunk]
-            logits = _chunk_logits(hc, w, vocab_size)
-            lse = torch.logsumexp(logits, dim=1)
-            loss = loss + (lse - logits.gather(1, tc[:, None]).squeeze(1)).sum()
             # d(mean loss)/d(logits) = (softmax - one_hot) / rows, rounded to the compute dtype as
             # autograd rounds the reference's gradient before the two backward matmuls.
-            grad = torch.exp(logits - lse[:, None])
-            grad.scatter_add_(1, tc[:, None], torch.full_like(lse[:, None], -1.0))
-            grad = (grad / rows).to(dtype)
+            loss_rows, grad = xent(hc @ w.t(), tc, vocab_size, 1.0 / rows)
+            loss = loss + loss_rows.sum()
             grad_h[start:start + chunk] = grad @ w
             grad_w += (grad.t() @ hc).to(wide)
         ctx.save_for_backward(grad_h, grad_w)

@@ -20,6 +20,7 @@ import torch
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT
 from gptforge.model.layers import LayerBackend, resolve_backend
+from gptforge.model.xent import kernel_name as xent_kernel_name
 from gptforge.train import checkpoint, data as datamod, distributed, rundir
 from gptforge.train.config import TrainConfig, validate
 from gptforge.train.engine import DeepSpeedEngine, TorchEngine, read_deepspeed_config
@@ -172,6 +173,8 @@ class Trainer:
         backend = resolve_backend(cfg.apex_layernorm, cfg.transformer_engine, cfg.attention_backend,
                                   cfg.loss_chunk_tokens if cfg.fused_loss else 0)
         self.notes += backend.notes
+        if backend.loss_chunk:
+            self.notes.append(f"loss kernel: {xent_kernel_name(self.device)}")
         self.model = GPT(mcfg, backend).to(self.device)
         fp8_ctx, fp8_note = fp8_context(cfg, backend, self.device)
         float8_note = torchao_float8(cfg, backend, self.model, self.device)

@@ -1,0 +1,101 @@
+"""Cross-entropy's per-row loss and its gradient w.r.t. the logits, in one pass: the op ``gptforge::xent``.
+
+For logits (N, W) (W the padded vocabulary; columns >= vocab_size stand for no token) and targets (N,):
+loss[i] = logsumexp(logits[i, :vocab_size]) - logits[i, target[i]], both in float32, and
+grad[i] = (softmax(logits[i, :vocab_size]) - one_hot(target[i])) * scale in the logits' dtype, 0 on the
+padded columns. On CUDA a Triton kernel makes both while reading each row twice (the second read mostly
+from L2) and writing the gradient once; the float32 copy of the logits the reference softmax makes never
+exists. Elsewhere the same function runs as torch ops. As a registered op it is opaque to torch.compile.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+BLOCK = 4096  # columns per step of the row loop
+NUM_WARPS = 8
+
+
+@functools.cache
+def _kernel():
+    """The Triton kernel, compiled on first use (None when Triton is not importable)."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def xent_rows(logits_ptr, grad_ptr, targets_ptr, loss_ptr, row_stride, width, vocab_size, scale,
+                  BLOCK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        logits_row = logits_ptr + row * row_stride
+        grad_row = grad_ptr + row * width
+        target = tl.load(targets_ptr + row)
+        # pass 1: running max and sum of exponentials over the vocabulary (online softmax)
+        m = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), 0)
+        s = tl.sum(tl.zeros([BLOCK], tl.float32), 0)
+        for start in range(0, vocab_size, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(logits_row + cols, mask=cols < vocab_size, other=float("-inf")).to(tl.float32)
+            m_new = tl.maximum(m, tl.max(x, 0))
+            s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)
+            m = m_new
+        lse = m + tl.log(s)
+        tl.store(loss_ptr + row, lse - tl.load(logits_row + target).to(tl.float32))
+        # pass 2: the gradient of every column, padded ones included (exp(-inf) = 0)
+        for start in range(0, width, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(logits_row + cols, mask=cols < vocab_size, other=float("-inf")).to(tl.float32)
+            p = tl.exp(x - lse)
+            p = tl.where(cols == target, p - 1.0, p)
+            tl.store(grad_row + cols, (p * scale).to(grad_ptr.dtype.element_ty), mask=cols < width)
+
+    return xent_rows
+
+
+def triton_available() -> bool:
+    return _kernel() is not None
+
+
+def xent_triton(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, scale: float):
+    """(loss per row, gradient) by the Triton kernel; logits rows must be unit-stride."""
+    rows, width = logits.shape
+    loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    grad = torch.empty((rows, width), dtype=logits.dtype, device=logits.device)
+    if rows:
+        _kernel()[(rows,)](logits, grad, targets, loss, logits.stride(0), width, vocab_size, scale,
+                           BLOCK=BLOCK, num_warps=NUM_WARPS)
+    return loss, grad
+
+
+def xent_torch(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, scale: float):
+    """(loss per row, gradient) as torch ops: the reference the kernel is tested against."""
+    wide = logits.to(torch.promote_types(logits.dtype, torch.float32), copy=True)
+    if vocab_size < wide.shape[1]:
+        wide[:, vocab_size:] = float("-inf")
+    lse = torch.logsumexp(wide, dim=1)
+    loss = (lse - wide.gather(1, targets[:, None]).squeeze(1)).float()
+    grad = torch.exp(wide - lse[:, None])
+    grad.scatter_add_(1, targets[:, None], torch.full_like(lse[:, None], -1.0))
+    return loss, (grad * scale).to(logits.dtype)
+
+
+@torch.library.custom_op("gptforge::xent", mutates_args=())
+def xent(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row loss (float32) and scale x its gradient w.r.t. the logits (the logits' dtype)."""
+    if logits.is_cuda and logits.stride(1) == 1 and triton_available():
+        return xent_triton(logits, targets.contiguous(), vocab_size, scale)
+    return xent_torch(logits, targets, vocab_size, scale)
+
+
+@xent.register_fake
+def _(logits, targets, vocab_size, scale):
+    return logits.new_empty(logits.shape[0], dtype=torch.float32), torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
+def kernel_name(device: torch.device) -> str:
+    """Which implementation ``xent`` runs on DEVICE, for the trainer's notes."""
+    return "Triton kernel" if device.type == "cuda" and triton_available() else "torch ops"
