@@ -52,6 +52,8 @@ LEVERS = {lv.name: lv for lv in (
           "once, where the compiled reference spends ~12% of the step on loss kernels; 3-7 GiB less memory"),
     Lever("fused-loss-one-chunk", ("fused-loss=true", "loss-chunk-tokens=1048576"),
           "+0-2% over fused-loss: one chunk, so three large GEMMs instead of twelve of a quarter the size"),
+    Lever("reference-loss", ("fused-loss=false",),
+          "-7-9% tok/s against a config with the fused loss on (the reverse of fused-loss-one-chunk), +3 GiB"),
     Lever("coordinate-descent", (),
           "+0-3%: inductor tunes each generated kernel's block sizes (LayerNorm, GELU, loss); more compile time",
           env=("TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1",)),
@@ -83,7 +85,7 @@ LEVERS = {lv.name: lv for lv in (
     Lever("torchao-float8-rowwise", ("float8=rowwise",),
           "below tensorwise: per-row scales cost more in the cast and the GEMM epilogue", "torchao.float8"),
 )}
-DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "coordinate-descent", "cudnn-attention", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x",
+DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "reference-loss", "coordinate-descent", "cudnn-attention", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x",
                   "flash-attention", "eager", "max-autotune", "te", "te-fp8-delayed", "te-fp8-current",
                   "torchao-float8-tensorwise", "torchao-float8-rowwise")
 
