@@ -57,6 +57,16 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass
+class LaunchedStep:
+    """A step queued on the device: its loss and gradient norm are still device tensors."""
+    step: int
+    loss: torch.Tensor
+    norm: torch.Tensor | float
+    lr: float
+    t0: float
+
+
 class NonFiniteLoss(GptforgeError):
     pass
 
@@ -125,6 +135,7 @@ class Trainer:
 
         self.console = console or Console(soft_wrap=True)
         self.notes: list[str] = []
+        self.last_step_done = 0.0  # host clock when the last step's loss was read
 
     # ---- checks that need no GPU --------------------------------------------------------------
     def preflight(self) -> None:
@@ -277,6 +288,29 @@ class Trainer:
         return distributed.mean_across(total / batches, env).item()
 
     def train_step(self, on_micro=None) -> dict:
+        """One optimizer step, its loss read at once (a host sync)."""
+        return self.finish_step(self.launch_step(on_micro))
+
+    def steps(self, until: int, on_micro=None):
+        """The records of the steps up to UNTIL, in order. Step N+1 is queued on the device before step N's
+        loss is read, so the device never waits for the host's reads; a step after which the loop
+        evaluates or saves, and the last, is read before anything else is queued."""
+        pending = None
+        while self.step < until:
+            launched = self.launch_step(on_micro)
+            if pending is not None:
+                yield self.finish_step(pending)
+            pending = launched
+            if self.syncs_after(self.step) or self.step == until:
+                yield self.finish_step(pending)
+                pending = None
+
+    def syncs_after(self, step: int) -> bool:
+        cfg = self.cfg
+        return step % cfg.eval_interval == 0 or step % cfg.save_interval == 0 or step == cfg.train_iters
+
+    def launch_step(self, on_micro=None) -> LaunchedStep:
+        """Queue one optimizer step (micro batches, clipping, the optimizer) without waiting for it."""
         cfg, env = self.cfg, self.env
         t0 = time.perf_counter()
         loss_sum = torch.zeros((), device=self.device)
@@ -292,18 +326,25 @@ class Trainer:
         next_start = datamod.micro_batch_start(self.consumed + cfg.global_batch_size, 0, env.rank, env.world_size,
                                                cfg.micro_batch_size)
         self.reader.prefetch(next_start)  # while the GPU finishes this step
-        loss = distributed.mean_across(loss_sum / self.accum, env).item()
-        elapsed = time.perf_counter() - t0
         self.step += 1
         self.consumed += cfg.global_batch_size
+        return LaunchedStep(self.step, distributed.mean_across(loss_sum / self.accum, env), norm, lr, t0)
+
+    def finish_step(self, launched: LaunchedStep) -> dict:
+        """Read a launched step's loss (waiting for it) and make its record; a non-finite loss stops the run."""
+        cfg = self.cfg
+        loss = launched.loss.item()
+        done = time.perf_counter()
+        elapsed = done - max(launched.t0, self.last_step_done)  # steps in flight overlap: count each once
+        self.last_step_done = done
         if not math.isfinite(loss):
             last = checkpoint.latest(self.ckpt_root)
-            raise NonFiniteLoss(f"training loss is {loss} at step {self.step}",
+            raise NonFiniteLoss(f"training loss is {loss} at step {launched.step}",
                                 "lower lr or raise lr-warmup-iters, check the data; "
                                 + (f"resume from {last.name} with --resume" if last else "no checkpoint was saved yet"))
         tokens_per_s = cfg.global_batch_size * cfg.seq_length / elapsed
-        util = mfu(self.flops_per_token, tokens_per_s, self.peak, env.world_size)
-        return {"kind": "train", "step": self.step, "loss": loss, "lr": lr, "grad_norm": float(norm),
+        util = mfu(self.flops_per_token, tokens_per_s, self.peak, self.env.world_size)
+        return {"kind": "train", "step": launched.step, "loss": loss, "lr": launched.lr, "grad_norm": float(launched.norm),
                 "tokens_per_s": tokens_per_s, "step_ms": elapsed * 1e3, "mfu": util, "mem_gib": memory_gib(self.device)}
 
     def save(self) -> Path | None:
@@ -379,14 +420,15 @@ class Trainer:
                 evals = read_records(self.metrics.path, "eval")
                 result.first_val_loss = evals[0]["loss"] if evals and evals[0]["step"] == 0 else None
                 result.final_val_loss = evals[-1]["loss"] if evals and evals[-1]["step"] > 0 else None
-            while self.step < cfg.train_iters:
-                record = self.train_step(bar.advance)
+            for record in self.steps(cfg.train_iters, bar.advance):
                 result.final_train_loss = record["loss"]
                 if main:
                     self.metrics.write(record)
                     bar.info(f"loss {record['loss']:.4f}")
-                    if self.step % cfg.log_interval == 0 or self.step == 1:
+                    if record["step"] % cfg.log_interval == 0 or record["step"] == 1:
                         self.console.print(self.log_line(record))
+                if not self.syncs_after(record["step"]):
+                    continue  # the next step is already queued: evaluations and checkpoints wait for the steps they follow
                 if self.step % cfg.eval_interval == 0 or self.step == cfg.train_iters:
                     result.final_val_loss = self.evaluate(bar.validation(cfg.eval_iters * self.accum))
                     if main:

@@ -1,0 +1,64 @@
+"""The trainer queues step N+1 before reading step N's loss: the same numbers, and a bad loss still stops
+the run before anything is evaluated or saved after it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from gptforge.train.config import load_config
+from gptforge.train.data import DataSetup, TokenizerSpec
+from gptforge.train.loop import NonFiniteLoss, RunOptions, Trainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from train_gpt2_bench import RandomTokens  # noqa: E402
+
+VOCAB = 300
+KEYS = ["micro-batch-size=2", "global-batch-size=4", "train-iters=6", "eval-interval=3", "eval-iters=1",
+        "save-interval=4", "log-interval=100", "num-layers=1", "seq-length=16", "lr-warmup-iters=1"]
+
+
+def trainer(tmp_path: Path, name: str) -> Trainer:
+    cfg, _ = load_config("gpt2-tiny", KEYS)
+    data = DataSetup(RandomTokens(64, cfg.seq_length, VOCAB, 0), RandomTokens(8, cfg.seq_length, VOCAB, 1),
+                     TokenizerSpec("gpt2"), VOCAB, "random tokens")
+    t = Trainer(cfg, RunOptions(run_dir=tmp_path / name, config_name="gpt2-tiny", device="cpu"), data=data,
+                console=Console(quiet=True))
+    t.preflight()
+    t.setup()
+    return t
+
+
+def test_queued_steps_give_the_losses_and_norms_of_one_step_at_a_time(tmp_path):
+    one_by_one = trainer(tmp_path, "a")
+    expected = [one_by_one.train_step() for _ in range(6)]
+    queued = list(trainer(tmp_path, "b").steps(6))
+    assert [r["step"] for r in queued] == [1, 2, 3, 4, 5, 6]
+    assert [(r["loss"], r["grad_norm"], r["lr"]) for r in queued] == [(r["loss"], r["grad_norm"], r["lr"]) for r in expected]
+    assert all(r["step_ms"] > 0 for r in queued)
+
+
+def test_steps_followed_by_an_evaluation_or_a_save_are_read_before_the_next_is_queued(tmp_path):
+    t = trainer(tmp_path, "c")
+    seen = []
+    for record in t.steps(6):
+        seen.append((record["step"], t.step))
+    # step 1 is read once step 2 is queued; steps 3 (eval), 4 (save) and 6 (last) with nothing after them
+    assert seen == [(1, 2), (2, 3), (3, 3), (4, 4), (5, 6), (6, 6)]
+
+
+def test_a_non_finite_loss_stops_the_run_at_its_step_before_the_checkpoint_after_it(tmp_path):
+    t = trainer(tmp_path, "d")
+    real = t.engine.micro_step
+
+    def poisoned(x, y, is_last):
+        loss = real(x, y, is_last)
+        return loss * float("nan") if t.step == 3 else loss  # step 4 is being computed: t.step counts done ones
+
+    t.engine.micro_step = poisoned
+    with pytest.raises(NonFiniteLoss, match="training loss is nan at step 4"):
+        t.loop()
+    assert not list((t.ckpt_root).glob("step_*"))  # step 4 is a save step: nothing was written
