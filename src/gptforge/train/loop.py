@@ -59,12 +59,24 @@ class RunResult:
 
 @dataclass
 class LaunchedStep:
-    """A step queued on the device: its loss and gradient norm are still device tensors."""
+    """A step queued on the device; its loss and gradient norm arrive in ``values`` once ``ready`` has passed."""
     step: int
-    loss: torch.Tensor
-    norm: torch.Tensor | float
+    values: torch.Tensor  # (loss, grad norm), host memory
+    ready: torch.cuda.Event | None  # None: already there
     lr: float
     t0: float
+
+
+def copy_to_host(values: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+    """A copy to host memory queued behind the work that makes VALUES, and the event that marks it done.
+
+    A plain .item() would wait for everything queued on the stream, the next step included."""
+    if values.device.type != "cuda":
+        return values, None
+    host = values.to("cpu", non_blocking=True)
+    ready = torch.cuda.Event()
+    ready.record()
+    return host, ready
 
 
 class NonFiniteLoss(GptforgeError):
@@ -328,12 +340,15 @@ class Trainer:
         self.reader.prefetch(next_start)  # while the GPU finishes this step
         self.step += 1
         self.consumed += cfg.global_batch_size
-        return LaunchedStep(self.step, distributed.mean_across(loss_sum / self.accum, env), norm, lr, t0)
+        loss = distributed.mean_across(loss_sum / self.accum, env)
+        return LaunchedStep(self.step, *copy_to_host(torch.stack([loss.float(), norm.to(loss.device).float()])), lr, t0)
 
     def finish_step(self, launched: LaunchedStep) -> dict:
         """Read a launched step's loss (waiting for it) and make its record; a non-finite loss stops the run."""
         cfg = self.cfg
-        loss = launched.loss.item()
+        if launched.ready is not None:
+            launched.ready.synchronize()  # this step's work only: the step queued after it runs on
+        loss, norm = launched.values.tolist()
         done = time.perf_counter()
         elapsed = done - max(launched.t0, self.last_step_done)  # steps in flight overlap: count each once
         self.last_step_done = done
@@ -344,7 +359,7 @@ class Trainer:
                                 + (f"resume from {last.name} with --resume" if last else "no checkpoint was saved yet"))
         tokens_per_s = cfg.global_batch_size * cfg.seq_length / elapsed
         util = mfu(self.flops_per_token, tokens_per_s, self.peak, self.env.world_size)
-        return {"kind": "train", "step": launched.step, "loss": loss, "lr": launched.lr, "grad_norm": float(launched.norm),
+        return {"kind": "train", "step": launched.step, "loss": loss, "lr": launched.lr, "grad_norm": norm,
                 "tokens_per_s": tokens_per_s, "step_ms": elapsed * 1e3, "mfu": util, "mem_gib": memory_gib(self.device)}
 
     def save(self) -> Path | None:
