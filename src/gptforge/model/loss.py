@@ -6,7 +6,8 @@ dtype, a float32 copy for the softmax, and a gradient of the same size in the ba
 loss and its gradients with respect to h and W are computed, all in the forward pass; the backward
 only scales the stored gradients by the incoming one. The matmuls are the reference's (same FLOPs), the
 logits are rounded to the compute dtype as the reference's are, and the softmax runs in float32, so the
-loss and gradients agree with the reference to the compute dtype's rounding.
+loss and gradients agree with the reference to the compute dtype's rounding. Each chunk's softmax, loss
+and logits gradient come from the op ``gptforge::xent`` (a Triton kernel on CUDA; model/xent.py).
 """
 
 from __future__ import annotations
