@@ -89,7 +89,8 @@ LEVERS = {lv.name: lv for lv in (
     Lever("torchao-float8-rowwise", ("float8=rowwise",),
           "below tensorwise: per-row scales cost more in the cast and the GEMM epilogue", "torchao.float8"),
 )}
-DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "reference-loss", "apex-fused-adam", "coordinate-descent", "cudnn-attention", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x",
+DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "reference-loss", "apex-fused-adam", "coordinate-descent",
+                  "cudnn-attention", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x",
                   "flash-attention", "eager", "max-autotune", "te", "te-fp8-delayed", "te-fp8-current",
                   "torchao-float8-tensorwise", "torchao-float8-rowwise")
 

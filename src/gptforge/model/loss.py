@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from gptforge.model.xent import xent
+from gptforge.model.xent import loss_per_row, xent
 
 
 def compute_dtype(t: torch.Tensor) -> torch.dtype:
@@ -22,15 +22,6 @@ def compute_dtype(t: torch.Tensor) -> torch.dtype:
     if torch.is_autocast_enabled(t.device.type):
         return torch.get_autocast_dtype(t.device.type)
     return t.dtype
-
-
-def _chunk_logits(h: torch.Tensor, weight: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Logits of one chunk in float32 (or wider); the padded vocabulary rows (no token) get -inf, as if cut."""
-    logits = h @ weight.t()
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    if vocab_size < weight.shape[0]:
-        logits[:, vocab_size:] = float("-inf")
-    return logits
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -65,9 +56,7 @@ def _loss_only(h, weight, targets, vocab_size: int, chunk: int, dtype: torch.dty
     w = weight.to(dtype)
     total = torch.zeros((), dtype=torch.promote_types(dtype, torch.float32), device=h.device)
     for start in range(0, h.shape[0], chunk):
-        logits = _chunk_logits(h[start:start + chunk].to(dtype), w, vocab_size)
-        tc = targets[start:start + chunk]
-        total = total + (torch.logsumexp(logits, dim=1) - logits.gather(1, tc[:, None]).squeeze(1)).sum()
+        total = total + loss_per_row(h[start:start + chunk].to(dtype) @ w.t(), targets[start:start + chunk], vocab_size).sum()
     return total / h.shape[0]
 
 

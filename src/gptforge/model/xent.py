@@ -71,13 +71,29 @@ def xent_triton(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, sc
     return loss, grad
 
 
-def xent_torch(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, scale: float):
-    """(loss per row, gradient) as torch ops: the reference the kernel is tested against."""
+def _cut_wide(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """A float32 (or wider) copy of the logits; the padded columns (no token) get -inf, as if cut."""
     wide = logits.to(torch.promote_types(logits.dtype, torch.float32), copy=True)
     if vocab_size < wide.shape[1]:
         wide[:, vocab_size:] = float("-inf")
+    return wide
+
+
+def _lse_and_loss(wide: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     lse = torch.logsumexp(wide, dim=1)
-    loss = (lse - wide.gather(1, targets[:, None]).squeeze(1)).float()
+    return lse, lse - wide.gather(1, targets[:, None]).squeeze(1)
+
+
+def loss_per_row(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """The loss of each row alone, as torch ops (float32 or wider): for passes that need no gradient."""
+    return _lse_and_loss(_cut_wide(logits, vocab_size), targets)[1]
+
+
+def xent_torch(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, scale: float):
+    """(loss per row, gradient) as torch ops: the reference the kernel is tested against."""
+    wide = _cut_wide(logits, vocab_size)
+    lse, loss = _lse_and_loss(wide, targets)
+    loss = loss.float()
     grad = torch.exp(wide - lse[:, None])
     grad.scatter_add_(1, targets[:, None], torch.full_like(lse[:, None], -1.0))
     return loss, (grad * scale).to(logits.dtype)
