@@ -37,6 +37,7 @@ class LayerBackend:
     linear: str = "torch"  # torch | te
     attention: str = "auto"  # a key of ATTENTION_BACKENDS
     loss_chunk: int = 0  # tokens per chunk of the fused output layer + cross-entropy; 0: full logits
+    loss_fp8: bool = False  # the fused output layer's matmuls in FP8
     notes: list[str] = field(default_factory=list)
 
 

@@ -8,13 +8,24 @@ only scales the stored gradients by the incoming one. The matmuls are the refere
 logits are rounded to the compute dtype as the reference's are, and the softmax runs in float32, so the
 loss and gradients agree with the reference to the compute dtype's rounding. Each chunk's softmax, loss
 and logits gradient come from the op ``gptforge::xent`` (a Triton kernel on CUDA; model/xent.py).
+
+With fp8=True the three matmuls run in FP8 (model/scaled_mm.py): h and W in E4M3, each scaled to its
+own amax; the logits gradient written by the kernel straight into E5M2 at a fixed scale (its entries
+are (softmax - one_hot) / rows, so |entry| * rows <= 1); the logits and the gradient w.r.t. h come
+out in the compute dtype, the gradient w.r.t. W in float32. That changes the numerics (see
+BENCHMARKS.md for its loss parity); it applies where every dimension is a multiple of 16.
 """
 
 from __future__ import annotations
 
 import torch
 
+from gptforge.model.scaled_mm import E5M2, column_major, fits, scaled_mm, to_e4m3
 from gptforge.model.xent import loss_per_row, xent
+
+# The E5M2 logits gradient holds (softmax - one_hot) * GRAD_SCALE: within E5M2's range (57344), and
+# probabilities down to 2^-31 stay above its smallest step (2^-16).
+GRAD_SCALE = 2.0 ** 15
 
 
 def compute_dtype(t: torch.Tensor) -> torch.dtype:
@@ -26,48 +37,85 @@ def compute_dtype(t: torch.Tensor) -> torch.dtype:
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, weight, targets, vocab_size: int, chunk: int, dtype: torch.dtype):
-        rows = h.shape[0]
-        w = weight.to(dtype)
-        wide = torch.promote_types(dtype, torch.float32)
-        loss = torch.zeros((), dtype=wide, device=h.device)
+    def forward(ctx, h, weight, targets, vocab_size: int, chunk: int, dtype: torch.dtype, fp8: bool):
         grad_h = torch.empty(h.shape, dtype=dtype, device=h.device)
-        grad_w = torch.zeros(weight.shape, dtype=wide, device=weight.device)
-        for start in range(0, rows, chunk):
-            hc, tc = h[start:start + chunk].to(dtype), targets[start:start + chunk]
-            # d(mean loss)/d(logits) = (softmax - one_hot) / rows, rounded to the compute dtype as
-            # autograd rounds the reference's gradient before the two backward matmuls.
-            loss_rows, grad = xent(hc @ w.t(), tc, vocab_size, 1.0 / rows)
-            loss = loss + loss_rows.sum()
-            grad_h[start:start + chunk] = grad @ w
-            grad_w += (grad.t() @ hc).to(wide)
+        grad_w = torch.zeros(weight.shape, dtype=torch.promote_types(dtype, torch.float32), device=weight.device)
+        chunks = _fp8_chunks if fp8 else _bf16_chunks
+        loss = chunks(h, weight, targets, vocab_size, chunk, dtype, grad_h, grad_w)
         ctx.save_for_backward(grad_h, grad_w)
         ctx.dtypes = (h.dtype, weight.dtype)
-        return loss / rows
+        return loss / h.shape[0]
 
     @staticmethod
     def backward(ctx, grad_loss):
         grad_h, grad_w = ctx.saved_tensors
         h_dtype, w_dtype = ctx.dtypes
-        return (grad_h * grad_loss).to(h_dtype), (grad_w * grad_loss).to(w_dtype), None, None, None, None
+        return (grad_h * grad_loss).to(h_dtype), (grad_w * grad_loss).to(w_dtype), None, None, None, None, None
 
 
-def _loss_only(h, weight, targets, vocab_size: int, chunk: int, dtype: torch.dtype) -> torch.Tensor:
+def _bf16_chunks(h, weight, targets, vocab_size, chunk, dtype, grad_h, grad_w) -> torch.Tensor:
+    """Summed loss of every chunk in the compute dtype; fills grad_h and adds into grad_w."""
+    rows = h.shape[0]
     w = weight.to(dtype)
+    loss = torch.zeros((), dtype=grad_w.dtype, device=h.device)
+    for start in range(0, rows, chunk):
+        hc, tc = h[start:start + chunk].to(dtype), targets[start:start + chunk]
+        # d(mean loss)/d(logits) = (softmax - one_hot) / rows, rounded to the compute dtype as
+        # autograd rounds the reference's gradient before the two backward matmuls.
+        loss_rows, grad = xent(hc @ w.t(), tc, vocab_size, 1.0 / rows)
+        loss = loss + loss_rows.sum()
+        grad_h[start:start + chunk] = grad @ w
+        grad_w += (grad.t() @ hc).to(grad_w.dtype)
+    return loss
+
+
+def _fp8_chunks(h, weight, targets, vocab_size, chunk, dtype, grad_h, grad_w) -> torch.Tensor:
+    """As _bf16_chunks, with the three matmuls in FP8."""
+    rows = h.shape[0]
+    h8, inv_h = to_e4m3(h)
+    w8, inv_w = to_e4m3(weight)
+    w8_cols = column_major(w8)  # W as the column-major B of grad_h = grad @ W
+    inv_g = inv_h.new_tensor(1.0 / (rows * GRAD_SCALE))
+    loss = torch.zeros((), dtype=grad_w.dtype, device=h.device)
+    for start in range(0, rows, chunk):
+        hc8, tc = h8[start:start + chunk], targets[start:start + chunk]
+        loss_rows, g8 = xent(scaled_mm(hc8, w8.t(), inv_h, inv_w, dtype), tc, vocab_size, GRAD_SCALE, E5M2)
+        loss = loss + loss_rows.sum()
+        grad_h[start:start + chunk] = scaled_mm(g8, w8_cols, inv_g, inv_w, dtype)
+        # grad_w^T = h^T @ grad: cuBLAS wants the token dimension contiguous in both operands
+        grad_w += scaled_mm(hc8.t().contiguous(), column_major(g8), inv_h, inv_g, torch.float32).t()
+    return loss
+
+
+def _loss_only(h, weight, targets, vocab_size: int, chunk: int, dtype: torch.dtype, fp8: bool) -> torch.Tensor:
+    if fp8:
+        h8, inv_h = to_e4m3(h)
+        w8, inv_w = to_e4m3(weight)
+        logits_of = lambda start: scaled_mm(h8[start:start + chunk], w8.t(), inv_h, inv_w, dtype)  # noqa: E731
+    else:
+        w = weight.to(dtype)
+        logits_of = lambda start: h[start:start + chunk].to(dtype) @ w.t()  # noqa: E731
     total = torch.zeros((), dtype=torch.promote_types(dtype, torch.float32), device=h.device)
     for start in range(0, h.shape[0], chunk):
-        total = total + loss_per_row(h[start:start + chunk].to(dtype) @ w.t(), targets[start:start + chunk], vocab_size).sum()
+        total = total + loss_per_row(logits_of(start), targets[start:start + chunk], vocab_size).sum()
     return total / h.shape[0]
 
 
+def fp8_fits(h: torch.Tensor, weight: torch.Tensor, chunk: int) -> bool:
+    """Whether every matmul of the FP8 path has dimensions cuBLAS's FP8 matmul takes."""
+    return fits(h.shape[0], min(chunk, h.shape[0]), *weight.shape)
+
+
 def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int,
-                         chunk: int) -> torch.Tensor:
+                         chunk: int, fp8: bool = False) -> torch.Tensor:
     """Mean cross-entropy of softmax((h @ weight^T)[:, :vocab_size]) against targets.
 
     h: (N, C) final hidden states, weight: (V_padded, C) output matrix, targets: (N,) token ids,
-    chunk: tokens per chunk. Gradients flow to h and weight as through the reference.
+    chunk: tokens per chunk, fp8: the matmuls in FP8 where the shapes allow it. Gradients flow to h and
+    weight as through the reference.
     """
     dtype = compute_dtype(h)
+    fp8 = fp8 and fp8_fits(h, weight, chunk)
     if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
-        return _LinearCrossEntropy.apply(h, weight, targets, vocab_size, chunk, dtype)
-    return _loss_only(h, weight, targets, vocab_size, chunk, dtype)
+        return _LinearCrossEntropy.apply(h, weight, targets, vocab_size, chunk, dtype, fp8)
+    return _loss_only(h, weight, targets, vocab_size, chunk, dtype, fp8)

@@ -3,7 +3,7 @@
 For logits (N, W) (W the padded vocabulary; columns >= vocab_size stand for no token) and targets (N,):
 loss[i] = logsumexp(logits[i, :vocab_size]) - logits[i, target[i]], both in float32, and
 grad[i] = (softmax(logits[i, :vocab_size]) - one_hot(target[i])) * scale in the logits' dtype, 0 on the
-padded columns. On CUDA a Triton kernel makes both while reading each row twice (the second read mostly
+padded columns (or in GRAD_DTYPE: float8_e5m2 for the FP8 output layer, scale chosen to fit). On CUDA a Triton kernel makes both while reading each row twice (the second read mostly
 from L2) and writing the gradient once; the float32 copy of the logits the reference softmax makes never
 exists. Elsewhere the same function runs as torch ops. As a registered op it is opaque to torch.compile.
 """
@@ -60,11 +60,12 @@ def triton_available() -> bool:
     return _kernel() is not None
 
 
-def xent_triton(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, scale: float):
+def xent_triton(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, scale: float,
+                grad_dtype: torch.dtype | None = None):
     """(loss per row, gradient) by the Triton kernel; logits rows must be unit-stride."""
     rows, width = logits.shape
     loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    grad = torch.empty((rows, width), dtype=logits.dtype, device=logits.device)
+    grad = torch.empty((rows, width), dtype=grad_dtype or logits.dtype, device=logits.device)
     if rows:
         _kernel()[(rows,)](logits, grad, targets, loss, logits.stride(0), width, vocab_size, scale,
                            BLOCK=BLOCK, num_warps=NUM_WARPS)
@@ -89,27 +90,30 @@ def loss_per_row(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int) -
     return _lse_and_loss(_cut_wide(logits, vocab_size), targets)[1]
 
 
-def xent_torch(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, scale: float):
+def xent_torch(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, scale: float,
+               grad_dtype: torch.dtype | None = None):
     """(loss per row, gradient) as torch ops: the reference the kernel is tested against."""
     wide = _cut_wide(logits, vocab_size)
     lse, loss = _lse_and_loss(wide, targets)
     loss = loss.float()
     grad = torch.exp(wide - lse[:, None])
     grad.scatter_add_(1, targets[:, None], torch.full_like(lse[:, None], -1.0))
-    return loss, (grad * scale).to(logits.dtype)
+    return loss, (grad * scale).to(grad_dtype or logits.dtype)
 
 
 @torch.library.custom_op("gptforge::xent", mutates_args=())
-def xent(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row loss (float32) and scale x its gradient w.r.t. the logits (the logits' dtype)."""
+def xent(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, scale: float,
+         grad_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row loss (float32) and scale x its gradient w.r.t. the logits (in GRAD_DTYPE, default the logits')."""
     if logits.is_cuda and logits.stride(1) == 1 and triton_available():
-        return xent_triton(logits, targets.contiguous(), vocab_size, scale)
-    return xent_torch(logits, targets, vocab_size, scale)
+        return xent_triton(logits, targets.contiguous(), vocab_size, scale, grad_dtype)
+    return xent_torch(logits, targets, vocab_size, scale, grad_dtype)
 
 
 @xent.register_fake
-def _(logits, targets, vocab_size, scale):
-    return logits.new_empty(logits.shape[0], dtype=torch.float32), torch.empty_like(logits, memory_format=torch.contiguous_format)
+def _(logits, targets, vocab_size, scale, grad_dtype=None):
+    return (logits.new_empty(logits.shape[0], dtype=torch.float32),
+            torch.empty_like(logits, dtype=grad_dtype or logits.dtype, memory_format=torch.contiguous_format))
 
 
 def kernel_name(device: torch.device) -> str:

@@ -128,6 +128,7 @@ class TrainConfig:
     compile_mode: str
     attention_backend: str
     fused_loss: bool
+    fp8_output: bool
     loss_chunk_tokens: int
     fused_adamw: bool
     apex_fused_adam: bool

@@ -20,6 +20,7 @@ import torch
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT
 from gptforge.model.layers import LayerBackend, resolve_backend
+from gptforge.model.scaled_mm import fp8_matmul_gpu
 from gptforge.model.xent import kernel_name as xent_kernel_name
 from gptforge.train import checkpoint, data as datamod, distributed, rundir
 from gptforge.train.config import TrainConfig, validate
@@ -83,22 +84,29 @@ class NonFiniteLoss(GptforgeError):
     pass
 
 
-def fp8_gpu(device: torch.device) -> bool:
-    """Whether the device has FP8 tensor cores (sm_89 and newer), which both FP8 paths need."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
-
-
 def fp8_context(cfg: TrainConfig, backend: LayerBackend, device: torch.device):
     """TransformerEngine's fp8_autocast when asked for, TE is on and the GPU is sm_89 or newer."""
     if not cfg.fp8:
         return contextlib.nullcontext, None
     if backend.linear != "te":
         return contextlib.nullcontext, "FP8 asked for but TransformerEngine layers are off: bf16/fp16 matmuls"
-    if not fp8_gpu(device):
+    if not fp8_matmul_gpu(device):
         return contextlib.nullcontext, "FP8 asked for but needs an sm_89+ GPU: bf16/fp16 matmuls"
     from gptforge.model.fp8 import autocast_factory
 
     return autocast_factory(cfg.fp8_recipe), f"FP8 (TransformerEngine, HYBRID E4M3/E5M2, {cfg.fp8_recipe} scaling): on"
+
+
+def fp8_output(cfg: TrainConfig, backend: LayerBackend, device: torch.device) -> str | None:
+    """Turn the FP8 output layer on in BACKEND when asked for and possible; the note says which."""
+    if not cfg.fp8_output:
+        return None
+    if not backend.loss_chunk:
+        return "FP8 output layer asked for but needs fused-loss=true: bf16/fp16 output layer"
+    if not fp8_matmul_gpu(device):
+        return "FP8 output layer asked for but needs an sm_89+ GPU: bf16/fp16 output layer"
+    backend.loss_fp8 = True
+    return "FP8 output layer: on (E4M3 hidden states and weights, E5M2 logits gradient)"
 
 
 def torchao_float8(cfg: TrainConfig, backend: LayerBackend, model: torch.nn.Module, device: torch.device) -> str | None:
@@ -107,7 +115,7 @@ def torchao_float8(cfg: TrainConfig, backend: LayerBackend, model: torch.nn.Modu
         return None
     if backend.linear != "torch":
         return "torchao float8 asked for but TransformerEngine layers are on: use fp8=true for TE's FP8"
-    if not fp8_gpu(device):
+    if not fp8_matmul_gpu(device):
         return "torchao float8 asked for but needs an sm_89+ GPU: bf16/fp16 matmuls"
     if importlib.util.find_spec("torchao") is None:
         return "torchao float8 asked for but torchao is not installed: bf16/fp16 matmuls"
@@ -196,12 +204,13 @@ class Trainer:
         backend = resolve_backend(cfg.apex_layernorm, cfg.transformer_engine, cfg.attention_backend,
                                   cfg.loss_chunk_tokens if cfg.fused_loss else 0)
         self.notes += backend.notes
+        fp8_output_note = fp8_output(cfg, backend, self.device)
         if backend.loss_chunk:
             self.notes.append(f"loss kernel: {xent_kernel_name(self.device)}")
         self.model = GPT(mcfg, backend).to(self.device)
         fp8_ctx, fp8_note = fp8_context(cfg, backend, self.device)
         float8_note = torchao_float8(cfg, backend, self.model, self.device)
-        self.notes += [note for note in (fp8_note, float8_note) if note]
+        self.notes += [note for note in (fp8_output_note, fp8_note, float8_note) if note]
         optimizer, opt_note = build_optimizer(self.model, cfg, self.device)
         self.accum = cfg.global_batch_size // (cfg.micro_batch_size * self.env.world_size)
         if self.ds_config is not None:
