@@ -7,7 +7,8 @@ Reports the max and mean absolute difference of the per-step training losses (an
 of steps, where a drift would show), the final validation losses, and with --repeat-a the same figures
 for A against a second run of A: the run-to-run noise floor (GPU kernels with atomics are not
 bit-reproducible), against which the A/B difference is to be read. --max-diff exits 1 when the A/B max
-difference is above it. JSON: $GPTFORGE_BENCH_OUT/loss_parity.json (or ./loss_parity.json).
+difference is above it; a run whose keys could not apply (the trainer's "asked for but" notes: a library
+missing, a GPU without FP8) also exits 1 and says which. JSON: $GPTFORGE_BENCH_OUT/loss_parity.json (or ./loss_parity.json).
 
     PYTHONPATH=src python3 bench/loss_parity.py --steps 500 --repeat-a
     PYTHONPATH=src python3 bench/loss_parity.py --b transformer-engine=true,fp8=true --steps 500
@@ -48,6 +49,12 @@ def train_once(config: str, keys: list[str], run_dir: Path, device: str) -> dict
     return {"keys": keys, "losses": losses, "final_val_loss": result.final_val_loss, "notes": result.notes}
 
 
+def fallbacks(runs: dict) -> dict:
+    """run name -> the trainer's notes saying a key asked for could not apply (the run is not what was asked)."""
+    found = {name: [n for n in run["notes"] if "asked for but" in n] for name, run in runs.items()}
+    return {name: notes for name, notes in found.items() if notes}
+
+
 def parity(args) -> dict:
     common = [k.format(batch=args.batch, steps=args.steps, warmup=max(1, args.steps // 10)) for k in RUN_KEYS]
     work = Path(tempfile.mkdtemp(prefix="gptforge-parity-"))
@@ -60,7 +67,7 @@ def parity(args) -> dict:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report = {"config": args.config, "steps": args.steps, "batch": args.batch, "common": common[:-1], "runs": runs,
-              "a_vs_b": curve_diff(runs["a"]["losses"], runs["b"]["losses"])}
+              "a_vs_b": curve_diff(runs["a"]["losses"], runs["b"]["losses"]), "fallbacks": fallbacks(runs)}
     if args.repeat_a:
         report["a_vs_a"] = curve_diff(runs["a"]["losses"], runs["a2"]["losses"])
     return report
@@ -125,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     tmp.replace(path)
     show(report)
     print(f"JSON: {path}")
+    for name, notes in report["fallbacks"].items():
+        print(f"loss_parity.py: run {name} is not what was asked: {'; '.join(notes)}", file=sys.stderr)
+    if report["fallbacks"]:
+        return 1
     if args.max_diff is not None and report["a_vs_b"]["max_abs"] > args.max_diff:
         print(f"A/B max |loss diff| {report['a_vs_b']['max_abs']:.4g} is above --max-diff {args.max_diff}")
         return 1

@@ -30,6 +30,17 @@ def test_fused_loss_trains_the_reference_curve_on_cpu(tmp_path):
     assert not (tmp_path / ".gptforge").exists()  # the corpus cache went to the run's temporary directory
 
 
+def test_a_run_whose_keys_could_not_apply_fails_the_comparison(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--config", "gpt2-tiny", "--steps", "2", "--batch", "2",
+                           "--device", "cpu", "--a", "fused-loss=true", "--b", "fused-loss=true,fp8-output=true"],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "GPTFORGE_BENCH_OUT": str(tmp_path)}, timeout=600)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "run b is not what was asked: FP8 output layer asked for but needs an sm_89+ GPU" in proc.stderr
+    report = json.loads((tmp_path / "loss_parity.json").read_text())
+    assert list(report["fallbacks"]) == ["b"]
+
+
 def test_curve_diff_reports_max_mean_and_tail():
     d = loss_parity.curve_diff([1.0] * 10, [1.0] * 9 + [1.5])
     assert d == {"max_abs": 0.5, "mean_abs": pytest.approx(0.05), "tail_mean_abs": 0.5}

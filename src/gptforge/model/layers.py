@@ -23,12 +23,18 @@ ATTENTION_BACKENDS = {
 }
 
 
-def importable(module: str) -> bool:
+def import_error(module: str) -> str | None:
+    """Why MODULE cannot be imported (the exception's first line), or None when it can."""
     try:
         importlib.import_module(module)
-    except Exception:  # an installed-but-broken extension raises more than ImportError
-        return False
-    return True
+    except Exception as e:  # an installed-but-broken extension raises more than ImportError
+        first = (str(e).splitlines() or [""])[0]
+        return f"{type(e).__name__}: {first[:200]}"
+    return None
+
+
+def importable(module: str) -> bool:
+    return import_error(module) is None
 
 
 @dataclass
@@ -49,11 +55,12 @@ def resolve_backend(apex_layernorm: bool = False, transformer_engine: bool = Fal
     if loss_chunk:
         backend.notes.append(f"loss: fused output layer + cross-entropy, {loss_chunk} tokens per chunk (no full logits)")
     if transformer_engine:
-        if importable("transformer_engine.pytorch"):
+        error = import_error("transformer_engine.pytorch")
+        if error is None:
             backend.layer_norm = backend.linear = "te"
             backend.notes.append("TransformerEngine layers: on")
         else:
-            backend.notes.append("TransformerEngine asked for but not importable: torch.nn layers")
+            backend.notes.append(f"TransformerEngine asked for but not importable ({error}): torch.nn layers")
     if apex_layernorm and backend.layer_norm == "torch":
         if importable("apex.normalization"):
             backend.layer_norm = "apex"
