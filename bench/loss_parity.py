@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -36,17 +37,24 @@ def curve_diff(a: list[float], b: list[float]) -> dict:
     return {"max_abs": max(diffs), "mean_abs": sum(diffs) / len(diffs), "tail_mean_abs": sum(tail) / len(tail)}
 
 
-def train_once(config: str, keys: list[str], run_dir: Path, device: str) -> dict:
-    from rich.console import Console
+class RunFailed(Exception):
+    """A training run exited non-zero: the message is its keys and the last line it printed."""
 
-    from gptforge.train.config import load_config
-    from gptforge.train.loop import RunOptions, train
+
+def train_once(config: str, keys: list[str], run_dir: Path, device: str) -> dict:
+    """One training run in its own process, as a user would start it: nothing (compiled graphs, a library
+    left half-imported) carries over from one run into the next."""
     from gptforge.train.metrics import read_records
 
-    cfg, _ = load_config(config, keys)
-    result = train(cfg, RunOptions(run_dir=run_dir, config_name=config, device=device), console=Console(quiet=True))
+    cmd = [sys.executable, "-m", "gptforge", "train", "--config", config, "--run-dir", str(run_dir),
+           "--device", device, "--json", *keys]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RunFailed(f"the run with {' '.join(keys[-3:])} exited {proc.returncode}: {last}")
+    result = json.loads(proc.stdout)
     losses = [r["loss"] for r in read_records(run_dir / "metrics.jsonl", "train")]
-    return {"keys": keys, "losses": losses, "final_val_loss": result.final_val_loss, "notes": result.notes}
+    return {"keys": keys, "losses": losses, "final_val_loss": result["final_val_loss"], "notes": result["notes"]}
 
 
 def fallbacks(runs: dict) -> dict:
@@ -125,7 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(os.environ.get("GPTFORGE_BENCH_OUT", "."))
     out.mkdir(parents=True, exist_ok=True)
-    report = parity(args)
+    try:
+        report = parity(args)
+    except RunFailed as err:
+        print(f"loss_parity.py: {err}", file=sys.stderr)
+        return 1
     path = out / "loss_parity.json"
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(report, indent=2))
