@@ -50,6 +50,16 @@ def test_transformer_engine_asked_for_without_it_falls_back_with_a_note():
     assert b.linear == "torch" and "asked for but not importable (ModuleNotFoundError: " in b.notes[0]
 
 
+def test_apex_layernorm_asked_for_without_apex_falls_back_and_says_why():
+    from gptforge.model.layers import importable
+
+    if importable("apex.normalization"):
+        pytest.skip("apex is installed here")
+    b = resolve_backend(apex_layernorm=True)
+    assert b.layer_norm == "torch"
+    assert "apex FusedLayerNorm asked for but apex is not importable (ModuleNotFoundError: " in b.notes[0]
+
+
 @pytest.mark.parametrize("kernel", ["flash", "math"])
 def test_pinned_attention_kernel_computes_the_same_as_auto(kernel):
     torch.manual_seed(0)

@@ -62,11 +62,12 @@ def resolve_backend(apex_layernorm: bool = False, transformer_engine: bool = Fal
         else:
             backend.notes.append(f"TransformerEngine asked for but not importable ({error}): torch.nn layers")
     if apex_layernorm and backend.layer_norm == "torch":
-        if importable("apex.normalization"):
+        error = import_error("apex.normalization")
+        if error is None:
             backend.layer_norm = "apex"
             backend.notes.append("apex FusedLayerNorm: on")
         else:
-            backend.notes.append("apex FusedLayerNorm asked for but apex is not importable: torch LayerNorm")
+            backend.notes.append(f"apex FusedLayerNorm asked for but apex is not importable ({error}): torch LayerNorm")
     return backend
 
 
