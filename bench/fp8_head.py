@@ -1,7 +1,7 @@
 """The output layer + cross-entropy in bf16 and in FP8 (fp8-output=true): the whole and each piece.
 
     PYTHONPATH=src GPTFORGE_BENCH_OUT=out python3 bench/fp8_head.py                 # 124M and 350M widths
-    PYTHONPATH=src python3 bench/fp8_head.py --tokens 32768 --hidden 768 --vocab 50304
+    PYTHONPATH=src python3 bench/fp8_head.py --tokens 32768 --hidden 768 --vocab 50257 --padded-vocab 50304
 
 For TOKENS x HIDDEN hidden states and a (VOCAB x HIDDEN) output matrix it times, with CUDA events after
 untimed warm-up: the fused loss's forward + gradients in bf16 and in FP8 (eager and compiled), then
@@ -75,9 +75,8 @@ def pieces(h, w, t, vocab: int) -> dict:
     }
 
 
-def measure(tokens: int, hidden: int, vocab_padded: int, warmup: int, iters: int) -> list[dict]:
+def measure(tokens: int, hidden: int, vocab: int, vocab_padded: int, warmup: int, iters: int) -> list[dict]:
     torch.manual_seed(0)
-    vocab = vocab_padded - 47
     h = (torch.randn(tokens, hidden, device="cuda") * 2).requires_grad_()
     w = (torch.randn(vocab_padded, hidden, device="cuda") * 0.02).requires_grad_()
     t = torch.randint(0, vocab, (tokens,), device="cuda")
@@ -97,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/fp8_head.py", description=__doc__.splitlines()[0])
     p.add_argument("--tokens", type=int, default=32768)
     p.add_argument("--hidden", default="768,1024", help="comma list of widths")
-    p.add_argument("--vocab", type=int, default=50304, help="padded vocabulary (the real one is 47 less)")
+    p.add_argument("--vocab", type=int, default=50257, help="real vocabulary (targets are drawn below it)")
+    p.add_argument("--padded-vocab", type=int, default=50304, help="rows of the output matrix")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     args = p.parse_args(argv)
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         print("fp8_head: needs an sm_89+ GPU (FP8 tensor cores)", file=sys.stderr)
         return 2
     rows = [r for hidden in args.hidden.split(",")
-            for r in measure(args.tokens, int(hidden), args.vocab, args.warmup, args.iters)]
+            for r in measure(args.tokens, int(hidden), args.vocab, args.padded_vocab, args.warmup, args.iters)]
     for r in rows:
         print(f"{r['shape']:>18}  {r['what']:<42} {r['ms']:8.3f} ms")
     out = os.environ.get("GPTFORGE_BENCH_OUT")

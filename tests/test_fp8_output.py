@@ -10,6 +10,10 @@ carrying into the exponent, so it halves values that round up to a power of two.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -171,3 +175,13 @@ def test_on_gpu_training_with_the_fp8_output_layer_lands_where_bf16_does(tmp_pat
     assert "FP8 output layer: on" in log
     assert summary["final_val_loss"] < summary["first_val_loss"] - 0.5  # it learned
     assert summary["final_val_loss"] == pytest.approx(reference["final_val_loss"], abs=0.1)
+
+
+def test_the_benchmark_says_what_it_needs_where_there_is_no_fp8_gpu():
+    if torch.cuda.is_available() and fp8_matmul_gpu(torch.device("cuda")):
+        pytest.skip("an FP8 GPU is here: the benchmark would run")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "bench" / "fp8_head.py")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root / "src")}, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "fp8_head: needs an sm_89+ GPU (FP8 tensor cores)"
