@@ -185,3 +185,21 @@ def test_the_benchmark_says_what_it_needs_where_there_is_no_fp8_gpu():
                           env={**os.environ, "PYTHONPATH": str(root / "src")}, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "fp8_head: needs an sm_89+ GPU (FP8 tensor cores)"
+
+
+@pytest.mark.parametrize("keys, applies", [
+    (["micro-batch-size=16", "seq-length=64"], True),
+    (["micro-batch-size=3", "seq-length=20"], False),  # 60 tokens per micro batch
+    (["hidden-size=120", "num-attention-heads=4"], False),
+])
+def test_the_trainer_turns_it_on_only_where_every_matmul_fits(monkeypatch, keys, applies):
+    from gptforge.model.layers import resolve_backend
+    from gptforge.train import loop
+    from gptforge.train.config import load_config
+
+    monkeypatch.setattr(loop, "fp8_matmul_gpu", lambda device: True)  # the shape rule, on any machine
+    cfg, _ = load_config("gpt2-tiny", ["fused-loss=true", "fp8-output=true", "global-batch-size=48", *keys])
+    backend = resolve_backend(loss_chunk=cfg.loss_chunk_tokens)
+    note = loop.fp8_output(cfg, backend, torch.device("cuda"), 2048)
+    assert backend.loss_fp8 is applies
+    assert note.startswith("FP8 output layer: on" if applies else "FP8 output layer asked for but tokens per micro batch")

@@ -20,7 +20,7 @@ import torch
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT
 from gptforge.model.layers import LayerBackend, resolve_backend
-from gptforge.model.scaled_mm import fp8_matmul_gpu
+from gptforge.model.scaled_mm import fits, fp8_matmul_gpu
 from gptforge.model.xent import kernel_name as xent_kernel_name
 from gptforge.train import checkpoint, data as datamod, distributed, rundir
 from gptforge.train.config import TrainConfig, validate
@@ -97,7 +97,7 @@ def fp8_context(cfg: TrainConfig, backend: LayerBackend, device: torch.device):
     return autocast_factory(cfg.fp8_recipe), f"FP8 (TransformerEngine, HYBRID E4M3/E5M2, {cfg.fp8_recipe} scaling): on"
 
 
-def fp8_output(cfg: TrainConfig, backend: LayerBackend, device: torch.device) -> str | None:
+def fp8_output(cfg: TrainConfig, backend: LayerBackend, device: torch.device, padded_vocab: int) -> str | None:
     """Turn the FP8 output layer on in BACKEND when asked for and possible; the note says which."""
     if not cfg.fp8_output:
         return None
@@ -105,6 +105,10 @@ def fp8_output(cfg: TrainConfig, backend: LayerBackend, device: torch.device) ->
         return "FP8 output layer asked for but needs fused-loss=true: bf16/fp16 output layer"
     if not fp8_matmul_gpu(device):
         return "FP8 output layer asked for but needs an sm_89+ GPU: bf16/fp16 output layer"
+    tokens = cfg.micro_batch_size * cfg.seq_length
+    if not fits(tokens, min(backend.loss_chunk, tokens), cfg.hidden_size, padded_vocab):
+        return (f"FP8 output layer asked for but tokens per micro batch ({tokens}), loss-chunk-tokens, hidden-size "
+                f"and the padded vocabulary ({padded_vocab}) must be multiples of 16: bf16/fp16 output layer")
     backend.loss_fp8 = True
     return "FP8 output layer: on (E4M3 hidden states and weights, E5M2 logits gradient)"
 
@@ -204,7 +208,7 @@ class Trainer:
         backend = resolve_backend(cfg.apex_layernorm, cfg.transformer_engine, cfg.attention_backend,
                                   cfg.loss_chunk_tokens if cfg.fused_loss else 0)
         self.notes += backend.notes
-        fp8_output_note = fp8_output(cfg, backend, self.device)
+        fp8_output_note = fp8_output(cfg, backend, self.device, mcfg.padded_vocab_size)
         if backend.loss_chunk:
             self.notes.append(f"loss kernel: {xent_kernel_name(self.device)}")
         self.model = GPT(mcfg, backend).to(self.device)
