@@ -20,22 +20,10 @@ from pathlib import Path
 
 import torch
 
+from fp8_linear import cuda_ms  # bench/ is this script's directory
 from gptforge.model.loss import GRAD_SCALE, linear_cross_entropy
 from gptforge.model.scaled_mm import E5M2, column_major, fp8_matmul_gpu, scaled_mm, to_e4m3
 from gptforge.model.xent import xent
-
-
-def cuda_ms(step, warmup: int, iters: int) -> float:
-    for _ in range(warmup):
-        step()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(iters):
-        step()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
 
 
 def whole(h, w, t, vocab: int, fp8: bool, compiled: bool):

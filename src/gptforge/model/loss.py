@@ -101,9 +101,9 @@ def _loss_only(h, weight, targets, vocab_size: int, chunk: int, dtype: torch.dty
     return total / h.shape[0]
 
 
-def fp8_fits(h: torch.Tensor, weight: torch.Tensor, chunk: int) -> bool:
+def fp8_fits(rows: int, chunk: int, hidden: int, padded_vocab: int) -> bool:
     """Whether every matmul of the FP8 path has dimensions cuBLAS's FP8 matmul takes."""
-    return fits(h.shape[0], min(chunk, h.shape[0]), *weight.shape)
+    return fits(rows, min(chunk, rows), hidden, padded_vocab)
 
 
 def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int,
@@ -115,7 +115,7 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.T
     weight as through the reference.
     """
     dtype = compute_dtype(h)
-    fp8 = fp8 and fp8_fits(h, weight, chunk)
+    fp8 = fp8 and fp8_fits(h.shape[0], chunk, weight.shape[1], weight.shape[0])
     if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
         return _LinearCrossEntropy.apply(h, weight, targets, vocab_size, chunk, dtype, fp8)
     return _loss_only(h, weight, targets, vocab_size, chunk, dtype, fp8)

@@ -20,7 +20,8 @@ import torch
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT
 from gptforge.model.layers import LayerBackend, resolve_backend
-from gptforge.model.scaled_mm import fits, fp8_matmul_gpu
+from gptforge.model.loss import fp8_fits
+from gptforge.model.scaled_mm import fp8_matmul_gpu
 from gptforge.model.xent import kernel_name as xent_kernel_name
 from gptforge.train import checkpoint, data as datamod, distributed, rundir
 from gptforge.train.config import TrainConfig, validate
@@ -106,7 +107,7 @@ def fp8_output(cfg: TrainConfig, backend: LayerBackend, device: torch.device, pa
     if not fp8_matmul_gpu(device):
         return "FP8 output layer asked for but needs an sm_89+ GPU: bf16/fp16 output layer"
     tokens = cfg.micro_batch_size * cfg.seq_length
-    if not fits(tokens, min(backend.loss_chunk, tokens), cfg.hidden_size, padded_vocab):
+    if not fp8_fits(tokens, backend.loss_chunk, cfg.hidden_size, padded_vocab):
         return (f"FP8 output layer asked for but tokens per micro batch ({tokens}), loss-chunk-tokens, hidden-size "
                 f"and the padded vocabulary ({padded_vocab}) must be multiples of 16: bf16/fp16 output layer")
     backend.loss_fp8 = True
