@@ -66,6 +66,12 @@ LEVERS = {lv.name: lv for lv in (
           env=("TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1",)),
     Lever("cudnn-attention", ("attention-backend=cudnn",),
           "+1-4% tok/s: cuDNN's Hopper attention beats FA2 at head dim 64; attention is ~15% of the step"),
+    Lever("flash4-attention", ("attention-backend=flash4",),
+          "+2-5%: FlashAttention 4's warp-specialised Hopper kernel at ~1.3-1.5x cuDNN's speed on attention's "
+          "~9 ms of a 66 ms step", "flash_attn.cute"),
+    Lever("gelu-epilogue", ("gelu-epilogue=true",),
+          "+2-4%: bias + GELU and GELU's gradient ride in the MLP GEMMs' epilogues, so the ~5 ms of GELU kernels "
+          "go, if quack's GEMMs keep cuBLAS's speed", "quack"),
     Lever("flash-attention", ("attention-backend=flash",),
           "±1%: auto already picks flash (FA2) for bf16 head dim 64"),
     Lever("foreach-adamw", ("fused-adamw=false",),
@@ -93,7 +99,7 @@ LEVERS = {lv.name: lv for lv in (
           "below tensorwise: per-row scales cost more in the cast and the GEMM epilogue", "torchao.float8"),
 )}
 DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "reference-loss", "fp8-output", "apex-fused-adam", "coordinate-descent",
-                  "cudnn-attention", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x",
+                  "cudnn-attention", "flash4-attention", "gelu-epilogue", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x",
                   "flash-attention", "eager", "max-autotune", "te", "te-fp8-delayed", "te-fp8-current",
                   "torchao-float8-tensorwise", "torchao-float8-rowwise")
 

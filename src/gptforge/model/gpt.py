@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gptforge.model.config import ModelConfig
+from gptforge.model.flash4 import flash4_attention
 from gptforge.model.layers import LayerBackend, attention_kernel, make_layer_norm, make_linear
 from gptforge.model.loss import linear_cross_entropy
 
@@ -28,14 +29,21 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, width = x.shape
-        q, k, v = self.qkv(x).split(width, dim=2)
-        q, k, v = (t.view(batch, seq, self.heads, width // self.heads).transpose(1, 2) for t in (q, k, v))
+        q, k, v = (t.view(batch, seq, self.heads, width // self.heads) for t in self.qkv(x).split(width, dim=2))
+        if self.kernel == "flash4":  # (batch, seq, heads, head_dim) in and out: no transposes
+            return self.resid_dropout(self.proj(flash4_attention(q, k, v).view(batch, seq, width)))
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         with attention_kernel(self.kernel):
             y = F.scaled_dot_product_attention(
                 q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
             )
         y = y.transpose(1, 2).contiguous().view(batch, seq, width)
         return self.resid_dropout(self.proj(y))
+
+
+def autocast_dtype(t: torch.Tensor) -> torch.Tensor:
+    """T in the dtype autocast gives a Linear's operands (quack's GEMMs cast x and w themselves, not the bias)."""
+    return t.to(torch.get_autocast_dtype("cuda")) if torch.is_autocast_enabled("cuda") else t
 
 
 class MLP(nn.Module):
@@ -45,8 +53,14 @@ class MLP(nn.Module):
         self.proj = make_linear(backend, 4 * cfg.hidden_size, cfg.hidden_size)
         self.proj.residual_out = True
         self.dropout = nn.Dropout(cfg.dropout)
+        self.kernel = backend.mlp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel == "quack":
+            from quack.mlp import mlp_func
+
+            bias1, bias2 = (autocast_dtype(b) for b in (self.fc.bias, self.proj.bias))
+            return self.dropout(mlp_func(x, self.fc.weight, self.proj.weight, "gelu_tanh_approx", bias1=bias1, bias2=bias2))
         return self.dropout(self.proj(F.gelu(self.fc(x), approximate="tanh")))
 
 

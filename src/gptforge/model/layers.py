@@ -21,6 +21,7 @@ ATTENTION_BACKENDS = {
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "math": SDPBackend.MATH,
 }
+ATTENTION_CHOICES = (*ATTENTION_BACKENDS, "flash4")  # flash4: FlashAttention 4 outside SDPA (model/flash4.py)
 
 
 def import_error(module: str) -> str | None:
@@ -41,7 +42,8 @@ def importable(module: str) -> bool:
 class LayerBackend:
     layer_norm: str = "torch"  # torch | apex | te
     linear: str = "torch"  # torch | te
-    attention: str = "auto"  # a key of ATTENTION_BACKENDS
+    attention: str = "auto"  # one of ATTENTION_CHOICES
+    mlp: str = "torch"  # torch | quack (GEMMs with GELU in their epilogues)
     loss_chunk: int = 0  # tokens per chunk of the fused output layer + cross-entropy; 0: full logits
     loss_fp8: bool = False  # the fused output layer's matmuls in FP8
     notes: list[str] = field(default_factory=list)
@@ -50,7 +52,7 @@ class LayerBackend:
 def resolve_backend(apex_layernorm: bool = False, transformer_engine: bool = False, attention: str = "auto",
                     loss_chunk: int = 0) -> LayerBackend:
     backend = LayerBackend(attention=attention, loss_chunk=loss_chunk)
-    if attention != "auto":
+    if attention not in ("auto", "flash4"):  # flash4's note comes from model/kernels.py, which knows the GPU
         backend.notes.append(f"attention: SDPA pinned to the {attention} kernel")
     if loss_chunk:
         backend.notes.append(f"loss: fused output layer + cross-entropy, {loss_chunk} tokens per chunk (no full logits)")

@@ -130,6 +130,7 @@ class TrainConfig:
     fused_loss: bool
     fp8_output: bool
     loss_chunk_tokens: int
+    gelu_epilogue: bool
     fused_adamw: bool
     apex_fused_adam: bool
     apex_layernorm: bool
@@ -368,9 +369,9 @@ FLOAT8_RECIPES = ("off", "tensorwise", "rowwise")  # torchao's Float8LinearRecip
 
 def validate_speed_keys(cfg: TrainConfig) -> None:
     """The throughput levers: each names one of a fixed set of choices."""
-    from gptforge.model.layers import ATTENTION_BACKENDS
+    from gptforge.model.layers import ATTENTION_CHOICES
 
-    choices = {"compile-mode": COMPILE_MODES, "attention-backend": tuple(ATTENTION_BACKENDS), "fp8-recipe": FP8_RECIPES,
+    choices = {"compile-mode": COMPILE_MODES, "attention-backend": ATTENTION_CHOICES, "fp8-recipe": FP8_RECIPES,
                "float8": FLOAT8_RECIPES}
     for key, allowed in choices.items():
         value = getattr(cfg, attr_name(key))

@@ -1,0 +1,138 @@
+"""Causal attention at GPT-2's shapes, forward + backward, per kernel behind torch's SDPA.
+
+    PYTHONPATH=src python3 bench/attention_kernels.py                  # 124M (12 heads) and 350M (16 heads)
+    PYTHONPATH=src python3 bench/attention_kernels.py --heads 12 --batch 16
+
+q, k and v are strided views of one (batch, seq, 3·width) qkv tensor, as the model makes them. Per
+kernel: SDPA's cuDNN attention and FlashAttention 2 (PyTorch's own flash kernel), and FlashAttention 4
+(`flash_attn.cute`, the flash-attn-4 package) through gptforge's custom ops (`model/flash4.py`), which
+take q, k, v without SDPA's transposes. Times (CUDA events, after warm-up) forward alone and forward + backward, TFLOP/s counting
+the causal half (forward 2·2·B·H·T²·D / 2, backward 2.5× that), and the largest difference of the
+output and of each gradient from cuDNN's. Each kernel also runs once under torch.compile, as the trainer
+calls it. A table is printed; JSON goes to $GPTFORGE_BENCH_OUT/attention_kernels.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fp8_linear import cuda_ms  # noqa: E402
+
+from gptforge.model.flash4 import MODULE as FA4_MODULE, flash4_attention  # noqa: E402
+from gptforge.model.layers import import_error  # noqa: E402
+
+
+def sdpa(backend: SDPBackend):
+    def attend(q, k, v):  # (batch, seq, heads, head_dim) in and out, as the model holds them
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=True).transpose(1, 2)
+    return attend
+
+
+KERNELS = {"cudnn": sdpa(SDPBackend.CUDNN_ATTENTION), "flash2": sdpa(SDPBackend.FLASH_ATTENTION),
+           "flash4": flash4_attention}
+
+
+def qkv_views(values: torch.Tensor, heads: int):
+    """A leaf copy of VALUES (batch, seq, 3·width) and its q, k, v views (batch, seq, heads, head_dim)."""
+    batch, seq, width3 = values.shape
+    qkv = values.clone().requires_grad_()
+    q, k, v = qkv.split(width3 // 3, dim=2)
+    return qkv, [t.view(batch, seq, heads, -1) for t in (q, k, v)]
+
+
+def measure(attend, shape: tuple[int, int, int, int], grad_out, reference, args) -> dict:
+    batch, seq, heads, head_dim = shape
+    qkv, (q, k, v) = qkv_views(reference["qkv"], heads)
+    out = attend(q, k, v)
+    out.backward(grad_out)
+    row = {"max_abs_out": (out - reference["out"]).abs().max().item() if "out" in reference else 0.0,
+           "max_abs_grad": (qkv.grad - reference["grad"]).abs().max().item() if "grad" in reference else 0.0}
+    reference.setdefault("out", out.detach())
+    reference.setdefault("grad", qkv.grad.detach().clone())
+
+    def forward():
+        with torch.no_grad():
+            attend(q, k, v)
+
+    def forward_backward():
+        qkv.grad = None
+        attend(q, k, v).backward(grad_out)
+
+    fwd_flop = 2 * 2 * batch * heads * seq * seq * head_dim / 2
+    row["fwd_ms"] = cuda_ms(forward, args.warmup, args.iters)
+    row["fwd_bwd_ms"] = cuda_ms(forward_backward, args.warmup, args.iters)
+    row["fwd_tflops"] = fwd_flop / row["fwd_ms"] / 1e9
+    row["bwd_tflops"] = 2.5 * fwd_flop / (row["fwd_bwd_ms"] - row["fwd_ms"]) / 1e9
+    compiled = torch.compile(attend, fullgraph=True)
+    qkv.grad = None
+    compiled(q, k, v).backward(grad_out)
+    row["compiled_max_abs_grad"] = (qkv.grad - reference["grad"]).abs().max().item()
+    return row
+
+
+def run(args) -> list[dict]:
+    rows = []
+    shapes = [(args.batch, args.seq, heads, args.head_dim) for heads in args.heads]
+    references = {shape: {"qkv": torch.randn(shape[0], shape[1], 3 * shape[2] * shape[3], device="cuda",
+                                             dtype=torch.bfloat16)} for shape in shapes}
+    grads = {shape: torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for shape in shapes}
+    fa4_error = import_error(FA4_MODULE)
+    for name, attend in KERNELS.items():
+        for shape in shapes:
+            row = {"kernel": name, "batch": shape[0], "seq": shape[1], "heads": shape[2], "head_dim": shape[3]}
+            if name == "flash4" and fa4_error:
+                row["skipped"] = fa4_error
+            else:
+                try:
+                    row.update(measure(attend, shape, grads[shape], references[shape], args))
+                except Exception as e:  # a kernel that cannot take the call is a result, not a crash
+                    row["error"] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"\n{'kernel':8} {'heads':>5} {'fwd ms':>8} {'fwd+bwd ms':>11} {'fwd TF/s':>9} {'bwd TF/s':>9} "
+          f"{'max|Δout|':>10} {'max|Δgrad|':>11} {'compiled':>10}")
+    for r in rows:
+        if "fwd_ms" not in r:
+            print(f"{r['kernel']:8} {r['heads']:>5} {r.get('skipped') or r.get('error')}")
+            continue
+        print(f"{r['kernel']:8} {r['heads']:>5} {r['fwd_ms']:8.3f} {r['fwd_bwd_ms']:11.3f} {r['fwd_tflops']:9.0f} "
+              f"{r['bwd_tflops']:9.0f} {r['max_abs_out']:10.2e} {r['max_abs_grad']:11.2e} "
+              f"{r['compiled_max_abs_grad']:10.2e}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--seq", type=int, default=1024)
+    parser.add_argument("--heads", type=lambda s: [int(h) for h in s.split(",")], default=[12, 16])
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=20)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("attention_kernels: needs a CUDA GPU (none visible)", file=sys.stderr)
+        return 1
+    rows = run(args)
+    print_table(rows)
+    out = Path(os.environ.get("GPTFORGE_BENCH_OUT", ".")) / "attention_kernels.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
