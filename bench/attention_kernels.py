@@ -125,7 +125,7 @@ def main() -> int:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("attention_kernels: needs a CUDA GPU (none visible)", file=sys.stderr)
-        return 1
+        return 2
     rows = run(args)
     print_table(rows)
     out = Path(os.environ.get("GPTFORGE_BENCH_OUT", ".")) / "attention_kernels.json"

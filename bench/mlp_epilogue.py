@@ -96,7 +96,7 @@ def main() -> int:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("mlp_epilogue: needs a CUDA GPU (none visible)", file=sys.stderr)
-        return 1
+        return 2
     rows = run(args)
     print(f"\n{'mlp':16} {'width':>5} {'fwd+bwd ms':>11} {'TF/s':>6} {'max|Δout|':>10} {'max rel Δgrad':>14}")
     for r in rows:

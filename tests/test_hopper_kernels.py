@@ -1,0 +1,199 @@
+"""attention-backend=flash4 and gelu-epilogue: on only where they can run, a note saying why not elsewhere;
+on a Hopper/Blackwell GPU with flash-attn-4 and quack-kernels, the same numbers as the torch paths."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gptforge.model import kernels
+from gptforge.model.flash4 import flash4_attention, flash4_fwd
+from gptforge.model.layers import LayerBackend
+from gptforge.train.config import load_config, validate
+
+CPU = torch.device("cpu")
+
+
+def test_flash4_is_a_valid_attention_backend():
+    cfg, _ = load_config("gpt2-tiny", ["attention-backend=flash4"])
+    validate(cfg)
+
+
+def test_flash4_asked_for_on_a_cpu_falls_back_to_sdpa_with_the_reason():
+    backend = LayerBackend(attention="flash4")
+    note = kernels.use_flash4(backend, CPU, dropout=0.0)
+    assert backend.attention == "auto"
+    assert note == "FlashAttention 4 asked for but needs an sm_90 or sm_100 GPU: SDPA's own choice of kernel"
+
+
+@pytest.mark.parametrize("dropout, module, says", [
+    (0.1, "json", "has no dropout (dropout=0.1)"),
+    (0.0, "gptforge_no_such_module.interface", "is not importable (ModuleNotFoundError: No module named "
+                                               "'gptforge_no_such_module'; pip install flash-attn-4)"),
+])
+def test_flash4_on_a_hopper_without_what_it_needs_says_which(monkeypatch, dropout, module, says):
+    monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
+    monkeypatch.setattr(kernels, "FA4_MODULE", module)
+    backend = LayerBackend(attention="flash4")
+    assert kernels.use_flash4(backend, CPU, dropout) == f"FlashAttention 4 asked for but {says}: SDPA's own choice of kernel"
+    assert backend.attention == "auto"
+
+
+def test_flash4_with_everything_in_place_stays_on(monkeypatch):
+    monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
+    monkeypatch.setattr(kernels, "FA4_MODULE", "json")  # any importable module stands for flash_attn.cute
+    backend = LayerBackend(attention="flash4")
+    assert kernels.use_flash4(backend, CPU, 0.0).startswith("attention: FlashAttention 4")
+    assert backend.attention == "flash4"
+
+
+def test_other_attention_backends_get_no_flash4_note():
+    backend = LayerBackend(attention="cudnn")
+    assert kernels.use_flash4(backend, CPU, 0.0) is None and backend.attention == "cudnn"
+
+
+def test_gelu_epilogue_falls_back_with_the_reason():
+    backend = LayerBackend()
+    assert kernels.use_gelu_epilogue(backend, CPU, asked=False) is None
+    assert kernels.use_gelu_epilogue(backend, CPU, asked=True) == \
+        "GELU epilogue asked for but needs an sm_90 or sm_100 GPU: torch MLP"
+    assert backend.mlp == "torch"
+
+
+def test_gelu_epilogue_on_a_hopper_without_quack_says_how_to_get_it(monkeypatch):
+    monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
+    monkeypatch.setattr(kernels, "QUACK_MODULE", "gptforge_no_such_quack")
+    backend = LayerBackend()
+    note = kernels.use_gelu_epilogue(backend, CPU, asked=True)
+    assert note.startswith("GELU epilogue asked for but quack is not importable (ModuleNotFoundError: ")
+    assert note.endswith("; pip install quack-kernels): torch MLP") and backend.mlp == "torch"
+
+
+def test_gelu_epilogue_refuses_a_dsl_outside_site_packages(monkeypatch, tmp_path):
+    (tmp_path / "fake_dsl").mkdir()
+    (tmp_path / "fake_dsl" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
+    monkeypatch.setattr(kernels, "QUACK_MODULE", "json")
+    monkeypatch.setattr(kernels, "DSL_MODULE", "fake_dsl")
+    backend = LayerBackend()
+    note = kernels.use_gelu_epilogue(backend, CPU, asked=True)
+    assert f"installed outside a site-packages directory ({tmp_path / 'fake_dsl'})" in note and backend.mlp == "torch"
+
+
+@pytest.mark.parametrize("origin, outside", [
+    ("/usr/lib/python3/dist-packages/cutlass/__init__.py", None),
+    ("/opt/env/lib/python3.12/site-packages/nvidia_cutlass_dsl/dsl_packages/cutlass/__init__.py", None),
+    ("/tmp/site/nvidia_cutlass_dsl/dsl_packages/cutlass/__init__.py", "/tmp/site/nvidia_cutlass_dsl/dsl_packages/cutlass"),
+    ("/tmp/my-site-packages-copy/cutlass/__init__.py", "/tmp/my-site-packages-copy/cutlass"),  # a name, not the directory
+    (None, None),
+])
+def test_site_packages_means_a_directory_of_that_name(origin, outside):
+    assert kernels.outside_site_packages(origin) == outside
+
+
+def test_flash4_ops_have_shapes_for_the_compiler():
+    q = torch.empty(2, 16, 4, 8, device="meta", dtype=torch.bfloat16)
+    out, lse = flash4_fwd(q, q, q, 0.35)
+    assert (out.shape, out.dtype, lse.shape, lse.dtype) == ((2, 16, 4, 8), torch.bfloat16, (2, 4, 16), torch.float32)
+
+
+def test_the_trainer_logs_both_fallbacks_on_a_cpu(tmp_path):
+    cmd = [sys.executable, "-m", "gptforge", "train", "--config", "gpt2-tiny", "--device", "cpu", "--json",
+           "--run-dir", str(tmp_path / "run"), "train-iters=2", "lr-warmup-iters=1", "attention-backend=flash4",
+           "gelu-epilogue=true", f"data-cache-dir={tmp_path / 'data'}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    notes = json.loads(proc.stdout)["notes"]
+    assert "FlashAttention 4 asked for but needs an sm_90 or sm_100 GPU: SDPA's own choice of kernel" in notes
+    assert "GELU epilogue asked for but needs an sm_90 or sm_100 GPU: torch MLP" in notes
+
+
+# ---- on a Hopper or Blackwell GPU with the packages ----------------------------------------------------------
+
+hopper = pytest.mark.skipif(not torch.cuda.is_available() or not kernels.hopper_or_blackwell(torch.device("cuda")),
+                            reason="needs an sm_90 or sm_100 NVIDIA GPU")
+
+
+def needs(module: str):
+    return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=f"needs {module}")
+
+
+@pytest.mark.gpu
+@hopper
+@needs("flash_attn")
+@pytest.mark.parametrize("compiled", [False, True])
+def test_on_gpu_flash4_attention_matches_sdpa_in_float32(compiled):
+    torch.manual_seed(0)
+    qkv = torch.randn(2, 256, 3 * 4 * 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    views = [t.view(2, 256, 4, 64) for t in qkv.split(4 * 64, dim=2)]  # strided, as the model holds them
+    attend = torch.compile(flash4_attention, fullgraph=True) if compiled else flash4_attention
+    out = attend(*views)
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+    got = qkv.grad.clone()
+    qkv.grad = None
+    ref = F.scaled_dot_product_attention(*(t.float().transpose(1, 2) for t in views), is_causal=True).transpose(1, 2)
+    ref.backward(grad_out.float())
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(got.float(), qkv.grad.float(), atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.gpu
+@hopper
+@needs("quack")
+def test_on_gpu_the_epilogue_mlp_matches_the_torch_mlp():
+    from gptforge.model import GPT, ModelConfig
+
+    cfg = ModelConfig(num_layers=1, hidden_size=256, num_attention_heads=4, max_position_embeddings=128, vocab_size=512)
+    torch.manual_seed(0)
+    reference = GPT(cfg).cuda()
+    epilogue = GPT(cfg, LayerBackend(mlp="quack")).cuda()
+    epilogue.load_state_dict(reference.state_dict())
+    x = torch.randint(0, 512, (4, 128), device="cuda")
+    losses, grads = [], []
+    for model in (reference, epilogue):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            _, loss = model(x, x)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(model.blocks[0].mlp.fc.weight.grad)
+    assert losses[1] == pytest.approx(losses[0], abs=1e-2)
+    assert (grads[1] - grads[0]).abs().max() <= 2e-2 * grads[0].abs().max()
+
+
+@pytest.mark.gpu
+@hopper
+@needs("flash_attn")
+@needs("quack")
+def test_on_gpu_training_with_both_lands_where_the_default_does(tmp_path):
+    run = ["--config", "gpt2-tiny", "--device", "cuda", "--json", "precision=bf16", "compile=true", "train-iters=60",
+           "save-interval=60", "eval-interval=60", f"data-cache-dir={tmp_path / 'data'}"]
+    results = {}
+    for name, keys in (("default", []), ("hopper", ["attention-backend=flash4", "gelu-epilogue=true"])):
+        proc = subprocess.run([sys.executable, "-m", "gptforge", "train", *run, "--run-dir", str(tmp_path / name), *keys],
+                              capture_output=True, text=True, timeout=900, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        results[name] = json.loads(proc.stdout)
+    assert not any("asked for but" in n for n in results["hopper"]["notes"])
+    assert results["hopper"]["final_val_loss"] < results["hopper"]["first_val_loss"] - 0.5
+    assert results["hopper"]["final_val_loss"] == pytest.approx(results["default"]["final_val_loss"], abs=0.1)
+
+
+@pytest.mark.parametrize("script", ["attention_kernels", "mlp_epilogue"])
+def test_the_benchmarks_say_what_they_need_where_there_is_no_gpu(script):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the benchmark would run")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "bench" / f"{script}.py")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root / "src")}, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"{script}: needs a CUDA GPU (none visible)"
