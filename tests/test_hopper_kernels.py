@@ -17,6 +17,9 @@ import torch.nn.functional as F
 from gptforge.model import kernels
 from gptforge.model.flash4 import flash4_attention, flash4_fwd
 from gptforge.model.layers import LayerBackend
+from gptforge.probe.machine import Machine
+from gptforge.core.installed import dsl_directory, outside_site_packages
+from gptforge.probe.packages import probe_hopper_kernels
 from gptforge.train.config import load_config, validate
 
 CPU = torch.device("cpu")
@@ -78,26 +81,45 @@ def test_gelu_epilogue_on_a_hopper_without_quack_says_how_to_get_it(monkeypatch)
 
 
 def test_gelu_epilogue_refuses_a_dsl_outside_site_packages(monkeypatch, tmp_path):
-    (tmp_path / "fake_dsl").mkdir()
-    (tmp_path / "fake_dsl" / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
     monkeypatch.setattr(kernels, "QUACK_MODULE", "json")
-    monkeypatch.setattr(kernels, "DSL_MODULE", "fake_dsl")
+    monkeypatch.setattr(kernels, "dsl_directory", lambda: str(tmp_path / "nvidia_cutlass_dsl"))
     backend = LayerBackend()
     note = kernels.use_gelu_epilogue(backend, CPU, asked=True)
-    assert f"installed outside a site-packages directory ({tmp_path / 'fake_dsl'})" in note and backend.mlp == "torch"
+    assert f"installed outside a site-packages directory ({tmp_path / 'nvidia_cutlass_dsl'})" in note
+    assert backend.mlp == "torch"
 
 
-@pytest.mark.parametrize("origin, outside", [
-    ("/usr/lib/python3/dist-packages/cutlass/__init__.py", None),
-    ("/opt/env/lib/python3.12/site-packages/nvidia_cutlass_dsl/dsl_packages/cutlass/__init__.py", None),
-    ("/tmp/site/nvidia_cutlass_dsl/dsl_packages/cutlass/__init__.py", "/tmp/site/nvidia_cutlass_dsl/dsl_packages/cutlass"),
-    ("/tmp/my-site-packages-copy/cutlass/__init__.py", "/tmp/my-site-packages-copy/cutlass"),  # a name, not the directory
+@pytest.mark.parametrize("directory, outside", [
+    ("/usr/lib/python3/dist-packages/nvidia_cutlass_dsl", None),
+    ("/opt/env/lib/python3.12/site-packages/nvidia_cutlass_dsl", None),
+    ("/tmp/site/nvidia_cutlass_dsl", "/tmp/site/nvidia_cutlass_dsl"),
+    ("/tmp/my-site-packages-copy/nvidia_cutlass_dsl", "/tmp/my-site-packages-copy/nvidia_cutlass_dsl"),  # a name only
     (None, None),
 ])
-def test_site_packages_means_a_directory_of_that_name(origin, outside):
-    assert kernels.outside_site_packages(origin) == outside
+def test_site_packages_means_a_directory_of_that_name(directory, outside):
+    assert outside_site_packages(directory) == outside
+
+
+def test_the_dsl_directory_is_found_without_importing_it(monkeypatch, tmp_path):
+    (tmp_path / "nvidia_cutlass_dsl").mkdir()  # a namespace package, as the wheels install it
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert dsl_directory() == str(tmp_path / "nvidia_cutlass_dsl")
+    probed = probe_hopper_kernels()
+    assert probed["dsl_directory"] == str(tmp_path / "nvidia_cutlass_dsl") and probed["dsl_outside_site_packages"]
+
+
+def test_the_doctor_warns_where_quack_would_fail():
+    from gptforge.doctor.checks import check_hopper_kernels
+    from gptforge.probe import probe_machine
+
+    data = probe_machine().to_json()
+    data["hopper_kernels"] = {"installed": True, "packages": {"quack-kernels": "0.6.5", "nvidia-cutlass-dsl": "4.7.1"},
+                              "dsl_directory": "/tmp/site/nvidia_cutlass_dsl", "dsl_outside_site_packages": True}
+    (finding,) = check_hopper_kernels(Machine.from_json(data))
+    assert finding.code == "cute-dsl-outside-site-packages" and "/tmp/site/nvidia_cutlass_dsl" in finding.message
+    data["hopper_kernels"]["dsl_outside_site_packages"] = False
+    assert check_hopper_kernels(Machine.from_json(data)) == []
 
 
 def test_flash4_ops_have_shapes_for_the_compiler():

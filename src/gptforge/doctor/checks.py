@@ -225,8 +225,19 @@ def check_transformer_engine(machine: Machine) -> list[Finding]:
     return []
 
 
+def check_hopper_kernels(machine: Machine) -> list[Finding]:
+    kernels = machine.hopper_kernels
+    if "quack-kernels" in kernels.packages and kernels.dsl_outside_site_packages:
+        return [Finding("cute-dsl-outside-site-packages", W,
+                        f"the CuTe DSL (nvidia-cutlass-dsl) is installed outside a site-packages directory "
+                        f"({kernels.dsl_directory}): quack's kernel cache fails on it, so gelu-epilogue=true falls back "
+                        "to the torch MLP",
+                        "install nvidia-cutlass-dsl and quack-kernels into the environment with pip (not pip install --target)")]
+    return []
+
+
 CHECKS = (check_driver, check_torch, check_nvcc, check_cuda_home, check_libcudart, check_compilers,
-          check_apex, check_deepspeed, check_transformer_engine)
+          check_apex, check_deepspeed, check_transformer_engine, check_hopper_kernels)
 
 
 def live_findings(machine: Machine) -> list[Finding]:

@@ -7,7 +7,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gptforge.compat.findings import Severity, findings_table
-from gptforge.probe.machine import Apex, Compiler, CudaHome, Driver, Machine, NvccBinary, Torch, TransformerEngine
+from gptforge.probe.machine import (Apex, Compiler, CudaHome, Driver, HopperKernels, Machine, NvccBinary, Torch,
+                                    TransformerEngine)
 
 _ABSENT = "-"
 
@@ -81,6 +82,13 @@ def _te_text(te: TransformerEngine) -> str:
     return f"{_or_absent(te.version)}{f' ({packages})' if packages else ''}; {state}"
 
 
+def _hopper_text(kernels: HopperKernels) -> str:
+    if not kernels.installed:
+        return "not installed"
+    packages = ", ".join(f"{name} {version}" for name, version in kernels.packages.items())
+    return f"{packages}; CuTe DSL at {_or_absent(kernels.dsl_directory)}"
+
+
 def machine_rows(machine: Machine) -> list[tuple[str, str]]:
     home_rt = machine.cuda_home.libcudart
     loaded = machine.libcudart_loaded
@@ -98,6 +106,7 @@ def machine_rows(machine: Machine) -> list[tuple[str, str]]:
         ("apex", _apex_text(machine.apex)),
         ("DeepSpeed", _or_absent(machine.deepspeed.version) if machine.deepspeed.installed else "not installed"),
         ("TransformerEngine", _te_text(machine.transformer_engine)),
+        ("FA4 / quack kernels", _hopper_text(machine.hopper_kernels)),
         ("TORCH_CUDA_ARCH_LIST", _or_absent(machine.env["TORCH_CUDA_ARCH_LIST"])),
     ]
 

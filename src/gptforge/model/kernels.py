@@ -11,16 +11,13 @@ Each ``use_*`` sets BACKEND and returns the note the trainer logs: on, or asked 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import torch
 
+from gptforge.core.installed import dsl_directory, outside_site_packages
 from gptforge.model.flash4 import MODULE as FA4_MODULE
 from gptforge.model.layers import LayerBackend, import_error
 
 QUACK_MODULE = "quack.mlp"
-DSL_MODULE = "cutlass"  # the CuTe DSL (nvidia-cutlass-dsl), which quack's GEMMs are written in
 SUPPORTED_MAJORS = (9, 10)  # sm_90 (Hopper) and sm_100 (Blackwell): FA4's and quack's SM90/SM100 kernels
 
 
@@ -52,23 +49,10 @@ def use_gelu_epilogue(backend: LayerBackend, device: torch.device, asked: bool) 
     error = import_error(QUACK_MODULE)
     if error is not None:
         return f"GELU epilogue asked for but quack is not importable ({error}; pip install quack-kernels): torch MLP"
-    outside = outside_site_packages(importlib.util.find_spec(DSL_MODULE).origin)
+    outside = outside_site_packages(dsl_directory())
     if outside:
         return (f"GELU epilogue asked for but the CuTe DSL is installed outside a site-packages directory ({outside}), "
                 "where quack's kernel cache fails on it; install it into the environment with pip: torch MLP")
     backend.mlp = "quack"
     return "MLP: quack GEMMs, bias + GELU in the up-projection's epilogue, its gradient in the down-projection's"
 
-
-def outside_site_packages(origin: str | None) -> str | None:
-    """The directory of ORIGIN (a module's file) when no site-packages or dist-packages directory holds it.
-
-    quack fingerprints each function its epilogues reach to key its kernel cache, and takes installed code
-    (a path through site-packages or dist-packages) by name only; the DSL's functions found anywhere else,
-    e.g. after ``pip install --target DIR`` with DIR on PYTHONPATH, are walked into, and their module-level
-    loggers and context variables make it raise "... has no fail-closed semantic key".
-    """
-    if origin is None:
-        return None
-    parts = Path(origin).parts
-    return None if {"site-packages", "dist-packages"} & set(parts) else str(Path(origin).parent)

@@ -16,7 +16,7 @@ from gptforge.probe.cudart import probe_loaded_libcudart
 from gptforge.probe.machine import Machine
 from gptforge.probe.nvcc import probe_nvcc
 from gptforge.probe.nvml import probe_nvml
-from gptforge.probe.packages import probe_apex, probe_deepspeed, probe_transformer_engine
+from gptforge.probe.packages import probe_apex, probe_deepspeed, probe_hopper_kernels, probe_transformer_engine
 from gptforge.probe.torch_info import probe_torch
 
 ENV_VARS = ("CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST", "LD_LIBRARY_PATH", "CC", "CXX", "CUDAHOSTCXX",
@@ -57,5 +57,6 @@ def probe_machine(env: dict | None = None) -> Machine:
         "apex": apex,
         "deepspeed": probe_deepspeed(),
         "transformer_engine": transformer_engine,
+        "hopper_kernels": probe_hopper_kernels(),
         "env": {name: env.get(name) for name in ENV_VARS},
     })

@@ -139,6 +139,15 @@ class TransformerEngine(Package):
 
 
 @dataclass(frozen=True)
+class HopperKernels:
+    """flash-attn-4 and quack-kernels (attention-backend=flash4, gelu-epilogue) and their CuTe DSL."""
+    installed: bool
+    packages: dict[str, str]
+    dsl_directory: str | None
+    dsl_outside_site_packages: bool
+
+
+@dataclass(frozen=True)
 class Machine:
     python: Python
     driver: Driver
@@ -150,6 +159,7 @@ class Machine:
     apex: Apex
     deepspeed: Package
     transformer_engine: TransformerEngine
+    hopper_kernels: HopperKernels
     env: dict[str, str | None]
 
     def to_json(self) -> dict:

@@ -1,8 +1,8 @@
-"""apex, DeepSpeed and TransformerEngine: installed? which version? do their compiled parts load?
+"""apex, DeepSpeed, TransformerEngine and the Hopper kernels: installed? which version? do their compiled parts load?
 
 Versions come from package metadata; only the modules that must load for training are imported
 (apex's CUDA extensions, transformer_engine.pytorch). DeepSpeed is never imported: its import can
-start JIT builds.
+start JIT builds; nor are flash-attn-4 and quack-kernels, whose DSL takes seconds to load.
 """
 
 from __future__ import annotations
@@ -11,9 +11,12 @@ import importlib
 import importlib.metadata
 import importlib.util
 
+from gptforge.core.installed import dsl_directory, outside_site_packages
+
 APEX_EXTENSIONS = ("fused_layer_norm_cuda", "amp_C", "apex_C")
 TE_DISTRIBUTIONS = ("transformer_engine", "transformer_engine_torch", "transformer_engine_cu12",
                     "transformer_engine_cu13")
+HOPPER_DISTRIBUTIONS = ("flash-attn-4", "quack-kernels", "nvidia-cutlass-dsl")  # attention-backend=flash4, gelu-epilogue
 
 
 def _version(distribution: str) -> str | None:
@@ -57,3 +60,11 @@ def probe_transformer_engine() -> dict:
         info["import_error"] = _try_import("transformer_engine.pytorch")
         info["import_ok"] = info["import_error"] is None
     return info
+
+
+def probe_hopper_kernels() -> dict:
+    """flash-attn-4, quack-kernels and the CuTe DSL: versions, and where the DSL lives (nothing imported)."""
+    packages = {name: v for name in HOPPER_DISTRIBUTIONS if (v := _version(name)) is not None}
+    directory = dsl_directory()
+    return {"installed": bool(packages), "packages": packages, "dsl_directory": directory,
+            "dsl_outside_site_packages": outside_site_packages(directory) is not None}
