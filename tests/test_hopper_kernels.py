@@ -71,6 +71,17 @@ def test_gelu_epilogue_falls_back_with_the_reason():
     assert backend.mlp == "torch"
 
 
+@pytest.mark.parametrize("backend, float8, says", [
+    (LayerBackend(linear="te"), "off", "TransformerEngine layers are on: TE's MLP"),
+    (LayerBackend(), "tensorwise", "float8=tensorwise is on (quack's GEMMs here are bf16): torchao's MLP"),
+])
+def test_gelu_epilogue_yields_to_the_other_linear_layers(monkeypatch, backend, float8, says):
+    monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
+    monkeypatch.setattr(kernels, "QUACK_MODULE", "json")
+    assert kernels.use_gelu_epilogue(backend, CPU, True, float8) == f"GELU epilogue asked for but {says}"
+    assert backend.mlp == "torch"
+
+
 def test_gelu_epilogue_on_a_hopper_without_quack_says_how_to_get_it(monkeypatch):
     monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
     monkeypatch.setattr(kernels, "QUACK_MODULE", "gptforge_no_such_quack")
@@ -219,3 +230,12 @@ def test_the_benchmarks_say_what_they_need_where_there_is_no_gpu(script):
                           env={**os.environ, "PYTHONPATH": str(root / "src")}, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"{script}: needs a CUDA GPU (none visible)"
+
+
+def test_gelu_epilogue_with_everything_in_place_turns_quack_on(monkeypatch):
+    monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
+    monkeypatch.setattr(kernels, "QUACK_MODULE", "json")
+    monkeypatch.setattr(kernels, "dsl_directory", lambda: "/env/lib/python3.12/site-packages/nvidia_cutlass_dsl")
+    backend = LayerBackend()
+    assert kernels.use_gelu_epilogue(backend, CPU, True).startswith("MLP: quack GEMMs, bias + GELU")
+    assert backend.mlp == "quack"

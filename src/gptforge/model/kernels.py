@@ -41,9 +41,13 @@ def use_flash4(backend: LayerBackend, device: torch.device, dropout: float) -> s
     return "attention: FlashAttention 4 (flash_attn.cute), causal, as custom ops in the compiled graph"
 
 
-def use_gelu_epilogue(backend: LayerBackend, device: torch.device, asked: bool) -> str | None:
+def use_gelu_epilogue(backend: LayerBackend, device: torch.device, asked: bool, float8: str = "off") -> str | None:
     if not asked:
         return None
+    if backend.linear != "torch":
+        return "GELU epilogue asked for but TransformerEngine layers are on: TE's MLP"
+    if float8 != "off":
+        return f"GELU epilogue asked for but float8={float8} is on (quack's GEMMs here are bf16): torchao's MLP"
     if not hopper_or_blackwell(device):
         return "GELU epilogue asked for but needs an sm_90 or sm_100 GPU: torch MLP"
     error = import_error(QUACK_MODULE)

@@ -211,7 +211,7 @@ class Trainer:
                                   cfg.loss_chunk_tokens if cfg.fused_loss else 0)
         self.notes += backend.notes
         self.notes += [note for note in (use_flash4(backend, self.device, cfg.dropout),
-                                         use_gelu_epilogue(backend, self.device, cfg.gelu_epilogue)) if note]
+                                         use_gelu_epilogue(backend, self.device, cfg.gelu_epilogue, cfg.float8)) if note]
         fp8_output_note = fp8_output(cfg, backend, self.device, mcfg.padded_vocab_size)
         if backend.loss_chunk:
             self.notes.append(f"loss kernel: {xent_kernel_name(self.device)}")
