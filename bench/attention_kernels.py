@@ -3,10 +3,11 @@
     PYTHONPATH=src python3 bench/attention_kernels.py                  # 124M (12 heads) and 350M (16 heads)
     PYTHONPATH=src python3 bench/attention_kernels.py --heads 12 --batch 16
 
-q, k and v are strided views of one (batch, seq, 3·width) qkv tensor, as the model makes them. Per
-kernel: SDPA's cuDNN attention and FlashAttention 2 (PyTorch's own flash kernel), and FlashAttention 4
-(`flash_attn.cute`, the flash-attn-4 package) through gptforge's custom ops (`model/flash4.py`), which
-take q, k, v without SDPA's transposes. Times (CUDA events, after warm-up) forward alone and forward + backward, TFLOP/s counting
+Each kernel runs as the model calls it: from one (batch, seq, 3·width) qkv tensor to a (batch, seq, width)
+output. Per kernel: SDPA's cuDNN attention and FlashAttention 2 (PyTorch's own flash kernel), with the
+transposes in and the copy out that SDPA's layout needs, and FlashAttention 4 (`flash_attn.cute`, the
+flash-attn-4 package) through gptforge's custom ops (`model/flash4.py`), which need neither and write
+the gradients of q, k and v into one qkv-shaped tensor. Times (CUDA events, after warm-up) forward alone and forward + backward, TFLOP/s counting
 the causal half (forward 2·2·B·H·T²·D / 2, backward 2.5× that), and the largest difference of the
 output and of each gradient from cuDNN's. Each kernel also runs once under torch.compile, as the trainer
 calls it. A table is printed; JSON goes to $GPTFORGE_BENCH_OUT/attention_kernels.json.
@@ -32,9 +33,12 @@ from gptforge.model.layers import import_error  # noqa: E402
 
 
 def sdpa(backend: SDPBackend):
-    def attend(q, k, v):  # (batch, seq, heads, head_dim) in and out, as the model holds them
+    def attend(qkv, heads):  # as the model calls it: (batch, seq, 3·width) in, (batch, seq, width) out
+        batch, seq, width3 = qkv.shape
+        q, k, v = (t.view(batch, seq, heads, -1).transpose(1, 2) for t in qkv.split(width3 // 3, dim=2))
         with sdpa_kernel([backend]):
-            return F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=True).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return y.transpose(1, 2).reshape(batch, seq, width3 // 3)
     return attend
 
 
@@ -42,18 +46,10 @@ KERNELS = {"cudnn": sdpa(SDPBackend.CUDNN_ATTENTION), "flash2": sdpa(SDPBackend.
            "flash4": flash4_attention}
 
 
-def qkv_views(values: torch.Tensor, heads: int):
-    """A leaf copy of VALUES (batch, seq, 3·width) and its q, k, v views (batch, seq, heads, head_dim)."""
-    batch, seq, width3 = values.shape
-    qkv = values.clone().requires_grad_()
-    q, k, v = qkv.split(width3 // 3, dim=2)
-    return qkv, [t.view(batch, seq, heads, -1) for t in (q, k, v)]
-
-
 def measure(attend, shape: tuple[int, int, int, int], grad_out, reference, args) -> dict:
     batch, seq, heads, head_dim = shape
-    qkv, (q, k, v) = qkv_views(reference["qkv"], heads)
-    out = attend(q, k, v)
+    qkv = reference["qkv"].clone().requires_grad_()
+    out = attend(qkv, heads)
     out.backward(grad_out)
     row = {"max_abs_out": (out - reference["out"]).abs().max().item() if "out" in reference else 0.0,
            "max_abs_grad": (qkv.grad - reference["grad"]).abs().max().item() if "grad" in reference else 0.0}
@@ -62,11 +58,11 @@ def measure(attend, shape: tuple[int, int, int, int], grad_out, reference, args)
 
     def forward():
         with torch.no_grad():
-            attend(q, k, v)
+            attend(qkv, heads)
 
     def forward_backward():
         qkv.grad = None
-        attend(q, k, v).backward(grad_out)
+        attend(qkv, heads).backward(grad_out)
 
     fwd_flop = 2 * 2 * batch * heads * seq * seq * head_dim / 2
     row["fwd_ms"] = cuda_ms(forward, args.warmup, args.iters)
@@ -75,7 +71,7 @@ def measure(attend, shape: tuple[int, int, int, int], grad_out, reference, args)
     row["bwd_tflops"] = 2.5 * fwd_flop / (row["fwd_bwd_ms"] - row["fwd_ms"]) / 1e9
     compiled = torch.compile(attend, fullgraph=True)
     qkv.grad = None
-    compiled(q, k, v).backward(grad_out)
+    compiled(qkv, heads).backward(grad_out)
     row["compiled_max_abs_grad"] = (qkv.grad - reference["grad"]).abs().max().item()
     return row
 
@@ -85,7 +81,8 @@ def run(args) -> list[dict]:
     shapes = [(args.batch, args.seq, heads, args.head_dim) for heads in args.heads]
     references = {shape: {"qkv": torch.randn(shape[0], shape[1], 3 * shape[2] * shape[3], device="cuda",
                                              dtype=torch.bfloat16)} for shape in shapes}
-    grads = {shape: torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for shape in shapes}
+    grads = {shape: torch.randn(shape[0], shape[1], shape[2] * shape[3], device="cuda", dtype=torch.bfloat16)
+             for shape in shapes}
     fa4_error = import_error(FA4_MODULE)
     for name, attend in KERNELS.items():
         for shape in shapes:

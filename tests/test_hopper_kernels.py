@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from gptforge.model import kernels
-from gptforge.model.flash4 import flash4_attention, flash4_fwd
+from gptforge.model.flash4 import flash4_attention, flash4_bwd, flash4_fwd
 from gptforge.model.layers import LayerBackend
 from gptforge.probe.machine import Machine
 from gptforge.core.installed import dsl_directory, outside_site_packages
@@ -134,9 +134,77 @@ def test_the_doctor_warns_where_quack_would_fail():
 
 
 def test_flash4_ops_have_shapes_for_the_compiler():
-    q = torch.empty(2, 16, 4, 8, device="meta", dtype=torch.bfloat16)
-    out, lse = flash4_fwd(q, q, q, 0.35)
+    qkv = torch.empty(2, 16, 3 * 4 * 8, device="meta", dtype=torch.bfloat16)
+    out, lse = flash4_fwd(qkv, 4, 0.35)
     assert (out.shape, out.dtype, lse.shape, lse.dtype) == ((2, 16, 4, 8), torch.bfloat16, (2, 4, 16), torch.float32)
+    assert flash4_attention(qkv, 4).shape == (2, 16, 32)
+    assert flash4_bwd(torch.empty_like(out), qkv, out, lse, 4, 0.35).shape == qkv.shape
+
+
+class MathFA4:
+    """flash_attn.cute.interface's two entry points as the ops call them, computed in float32 with
+    attention's textbook forward and backward on the CPU: the ops' own work (views of qkv, the scale, the
+    gradient slices, autograd, the compiler's fake shapes) is what is tested here; FA4's kernels
+    themselves only on a GPU (below)."""
+
+    @staticmethod
+    def _probs(q, k, scale):  # (batch, heads, q, k) causal softmax of (batch, seq, heads, head_dim) inputs
+        scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) * scale
+        return scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+
+    def _flash_attn_fwd(self, q, k, v, softmax_scale, causal, return_lse):
+        assert causal and return_lse and q.stride(-1) == 1 and not q.is_contiguous()  # strided views, as FA4 takes
+        scores = self._probs(q, k, softmax_scale)
+        out = torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v.float()).to(q.dtype).contiguous()  # as FA4 allocates it
+        return out, torch.logsumexp(scores, dim=-1), None, None, None
+
+    def _flash_attn_bwd(self, q, k, v, out, dout, lse, softmax_scale, causal, dq, dk, dv):
+        p = self._probs(q, k, softmax_scale).softmax(-1)
+        d_out = dout.float()
+        d_p = torch.einsum("bqhd,bkhd->bhqk", d_out, v.float())
+        d_s = p * (d_p - (d_out * out.float()).sum(-1).transpose(1, 2).unsqueeze(-1))
+        dq.copy_(torch.einsum("bhqk,bkhd->bqhd", d_s, k.float()) * softmax_scale)  # FA4 writes into what it is given
+        dk.copy_(torch.einsum("bhqk,bqhd->bkhd", d_s, q.float()) * softmax_scale)
+        dv.copy_(torch.einsum("bhqk,bqhd->bkhd", p, d_out))
+        return dq, dk, dv
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_flash4_ops_carry_qkv_and_its_gradient_whole(monkeypatch, compiled):
+    from gptforge.model import flash4
+
+    monkeypatch.setattr(flash4, "_fa4", MathFA4)
+    torch.manual_seed(0)
+    qkv = torch.randn(2, 16, 3 * 4 * 8, requires_grad=True)
+    attend = torch.compile(flash4_attention, fullgraph=True) if compiled else flash4_attention
+    out = attend(qkv, 4)
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+    got = qkv.grad.clone()
+    qkv.grad = None
+    q, k, v = (t.view(2, 16, 4, 8).transpose(1, 2) for t in qkv.split(32, dim=2))
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(2, 16, 32)
+    ref.backward(grad_out)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(got, qkv.grad)
+
+
+def test_gpt_with_flash4_computes_what_sdpa_does(monkeypatch):
+    from gptforge.model import GPT, ModelConfig, flash4
+
+    monkeypatch.setattr(flash4, "_fa4", MathFA4)
+    cfg = ModelConfig(num_layers=2, hidden_size=32, num_attention_heads=4, max_position_embeddings=16, vocab_size=100)
+    torch.manual_seed(0)
+    reference = GPT(cfg)
+    model = GPT(cfg, LayerBackend(attention="flash4"))
+    model.load_state_dict(reference.state_dict())
+    x = torch.randint(0, cfg.vocab_size, (2, 16))
+    losses = [m(x, x)[1] for m in (reference, model)]
+    for loss in losses:
+        loss.backward()
+    torch.testing.assert_close(losses[1], losses[0])
+    for mine, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)
 
 
 def test_the_trainer_logs_both_fallbacks_on_a_cpu(tmp_path):
@@ -167,14 +235,14 @@ def needs(module: str):
 def test_on_gpu_flash4_attention_matches_sdpa_in_float32(compiled):
     torch.manual_seed(0)
     qkv = torch.randn(2, 256, 3 * 4 * 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    views = [t.view(2, 256, 4, 64) for t in qkv.split(4 * 64, dim=2)]  # strided, as the model holds them
     attend = torch.compile(flash4_attention, fullgraph=True) if compiled else flash4_attention
-    out = attend(*views)
+    out = attend(qkv, 4)
     grad_out = torch.randn_like(out)
     out.backward(grad_out)
-    got = qkv.grad.clone()
+    got = qkv.grad.clone()  # dq, dk, dv written by FA4 into the slices of one tensor
     qkv.grad = None
-    ref = F.scaled_dot_product_attention(*(t.float().transpose(1, 2) for t in views), is_causal=True).transpose(1, 2)
+    q, k, v = (t.float().view(2, 256, 4, 64).transpose(1, 2) for t in qkv.split(4 * 64, dim=2))
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(2, 256, 4 * 64)
     ref.backward(grad_out.float())
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(got.float(), qkv.grad.float(), atol=3e-2, rtol=3e-2)

@@ -1,10 +1,11 @@
 """FlashAttention 4 (the flash-attn-4 package, ``flash_attn.cute``) as torch custom ops: causal, no dropout.
 
-q, k and v come as (batch, seq, heads, head_dim), strided views of the qkv projection are fine, and the
-output is (batch, seq, heads, head_dim) contiguous, so the model views it back to (batch, seq, width)
-without the transpose copy SDPA's layout needs. torch.compile sees one opaque op per direction (forward:
-output and log-sum-exp; backward: dq, dk, dv), so the graph around them still fuses. FA4's kernels are
-compiled by the CuTe DSL on first use per shape and cached by it.
+The ops take the qkv projection's output (batch, seq, 3·width) whole: q, k and v are strided views of
+it, the output comes back as (batch, seq, width) without the transposes SDPA's layout needs, and the
+backward writes dq, dk and dv into the slices of one qkv-shaped gradient, so nothing concatenates them.
+torch.compile sees one opaque op per direction (forward: output and log-sum-exp; backward: the qkv
+gradient), so the graph around them still fuses. FA4's kernels are compiled by the CuTe DSL on first
+use per shape and cached by it.
 """
 
 from __future__ import annotations
@@ -21,46 +22,56 @@ def _fa4():
     return importlib.import_module(MODULE)
 
 
-@torch.library.custom_op("gptforge::flash4_fwd", mutates_args=(), device_types="cuda")
-def flash4_fwd(q: Tensor, k: Tensor, v: Tensor, scale: float) -> tuple[Tensor, Tensor]:
-    out, lse = _fa4()._flash_attn_fwd(q, k, v, softmax_scale=scale, causal=True, return_lse=True)[:2]
+def _heads(qkv: Tensor, heads: int) -> list[Tensor]:
+    """q, k, v as strided (batch, seq, heads, head_dim) views of QKV (batch, seq, 3·width)."""
+    batch, seq, width3 = qkv.shape
+    return [t.view(batch, seq, heads, width3 // (3 * heads)) for t in qkv.split(width3 // 3, dim=2)]
+
+
+@torch.library.custom_op("gptforge::flash4_fwd", mutates_args=())
+def flash4_fwd(qkv: Tensor, heads: int, scale: float) -> tuple[Tensor, Tensor]:
+    out, lse = _fa4()._flash_attn_fwd(*_heads(qkv, heads), softmax_scale=scale, causal=True, return_lse=True)[:2]
     return out, lse
 
 
 @flash4_fwd.register_fake
-def _(q, k, v, scale):
-    batch, seq, heads, _ = q.shape
-    return q.new_empty(batch, seq, heads, v.shape[-1]), q.new_empty(batch, heads, seq, dtype=torch.float32)
+def _(qkv, heads, scale):
+    batch, seq, width3 = qkv.shape
+    return (qkv.new_empty(batch, seq, heads, width3 // (3 * heads)),
+            qkv.new_empty(batch, heads, seq, dtype=torch.float32))
 
 
-@torch.library.custom_op("gptforge::flash4_bwd", mutates_args=(), device_types="cuda")
-def flash4_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-               scale: float) -> tuple[Tensor, Tensor, Tensor]:
-    dq, dk, dv = _fa4()._flash_attn_bwd(q, k, v, out, dout, lse, softmax_scale=scale, causal=True)[:3]
-    return dq, dk, dv
+@torch.library.custom_op("gptforge::flash4_bwd", mutates_args=())
+def flash4_bwd(dout: Tensor, qkv: Tensor, out: Tensor, lse: Tensor, heads: int, scale: float) -> Tensor:
+    dqkv = torch.empty_like(qkv)
+    dq, dk, dv = _heads(dqkv, heads)  # FA4 writes each gradient into its slice: no concatenation after
+    _fa4()._flash_attn_bwd(*_heads(qkv, heads), out, dout, lse, softmax_scale=scale, causal=True, dq=dq, dk=dk, dv=dv)
+    return dqkv
 
 
 @flash4_bwd.register_fake
-def _(dout, q, k, v, out, lse, scale):
-    return (torch.empty(q.shape, dtype=q.dtype, device=q.device), torch.empty(k.shape, dtype=k.dtype, device=k.device),
-            torch.empty(v.shape, dtype=v.dtype, device=v.device))
+def _(dout, qkv, out, lse, heads, scale):
+    return torch.empty_like(qkv)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, scale = inputs
+    qkv, heads, scale = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
-    ctx.scale = scale
+    ctx.save_for_backward(qkv, out, lse)
+    ctx.heads, ctx.scale = heads, scale
 
 
 def _backward(ctx, dout, _dlse):
-    q, k, v, out, lse = ctx.saved_tensors
-    return (*flash4_bwd(dout.contiguous(), q, k, v, out, lse, ctx.scale), None)
+    qkv, out, lse = ctx.saved_tensors
+    return flash4_bwd(dout.contiguous(), qkv, out, lse, ctx.heads, ctx.scale), None, None
 
 
 flash4_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def flash4_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """Causal softmax(q kᵀ / √head_dim) v of (batch, seq, heads, head_dim) tensors."""
-    return flash4_fwd(q, k, v, q.shape[-1] ** -0.5)[0]
+def flash4_attention(qkv: Tensor, heads: int) -> Tensor:
+    """Causal softmax(q kᵀ / √head_dim) v for QKV (batch, seq, 3·width) holding q, k, v side by side;
+    the output is (batch, seq, width)."""
+    batch, seq, width3 = qkv.shape
+    out, _ = flash4_fwd(qkv, heads, (width3 // (3 * heads)) ** -0.5)
+    return out.view(batch, seq, width3 // 3)

@@ -29,10 +29,10 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, width = x.shape
-        q, k, v = (t.view(batch, seq, self.heads, width // self.heads) for t in self.qkv(x).split(width, dim=2))
-        if self.kernel == "flash4":  # (batch, seq, heads, head_dim) in and out: no transposes
-            return self.resid_dropout(self.proj(flash4_attention(q, k, v).view(batch, seq, width)))
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        qkv = self.qkv(x)
+        if self.kernel == "flash4":  # no transposes, no concatenation of the gradients
+            return self.resid_dropout(self.proj(flash4_attention(qkv, self.heads)))
+        q, k, v = (t.view(batch, seq, self.heads, width // self.heads).transpose(1, 2) for t in qkv.split(width, dim=2))
         with attention_kernel(self.kernel):
             y = F.scaled_dot_product_attention(
                 q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
