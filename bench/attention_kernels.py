@@ -1,4 +1,4 @@
-"""Causal attention at GPT-2's shapes, forward + backward, per kernel behind torch's SDPA.
+"""Causal attention at GPT-2's shapes, forward + backward: SDPA's cuDNN and FlashAttention 2 kernels, and FlashAttention 4.
 
     PYTHONPATH=src python3 bench/attention_kernels.py                  # 124M (12 heads) and 350M (16 heads)
     PYTHONPATH=src python3 bench/attention_kernels.py --heads 12 --batch 16
@@ -7,10 +7,12 @@ Each kernel runs as the model calls it: from one (batch, seq, 3·width) qkv tens
 output. Per kernel: SDPA's cuDNN attention and FlashAttention 2 (PyTorch's own flash kernel), with the
 transposes in and the copy out that SDPA's layout needs, and FlashAttention 4 (`flash_attn.cute`, the
 flash-attn-4 package) through gptforge's custom ops (`model/flash4.py`), which need neither and write
-the gradients of q, k and v into one qkv-shaped tensor. Times (CUDA events, after warm-up) forward alone and forward + backward, TFLOP/s counting
-the causal half (forward 2·2·B·H·T²·D / 2, backward 2.5× that), and the largest difference of the
-output and of each gradient from cuDNN's. Each kernel also runs once under torch.compile, as the trainer
-calls it. A table is printed; JSON goes to $GPTFORGE_BENCH_OUT/attention_kernels.json.
+the gradients of q, k and v into one qkv-shaped tensor. Times (CUDA events, after warm-up) forward
+alone and forward + backward, the host time to issue a forward + backward (where it reaches the GPU
+time, Python and launches bound the kernel), TFLOP/s counting the causal half (forward 2·2·B·H·T²·D / 2,
+backward 2.5× that), and the largest difference of the output and of each gradient from cuDNN's. Each
+kernel also runs once under torch.compile, as the trainer calls it. A table is printed; JSON goes to
+$GPTFORGE_BENCH_OUT/attention_kernels.json.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fp8_linear import cuda_ms  # noqa: E402
+from fp8_linear import cuda_ms, launch_ms  # noqa: E402
 
 from gptforge.model.flash4 import MODULE as FA4_MODULE, flash4_attention  # noqa: E402
 from gptforge.model.layers import import_error  # noqa: E402
@@ -67,6 +69,7 @@ def measure(attend, shape: tuple[int, int, int, int], grad_out, reference, args)
     fwd_flop = 2 * 2 * batch * heads * seq * seq * head_dim / 2
     row["fwd_ms"] = cuda_ms(forward, args.warmup, args.iters)
     row["fwd_bwd_ms"] = cuda_ms(forward_backward, args.warmup, args.iters)
+    row["host_ms"] = launch_ms(forward_backward, args.iters)
     row["fwd_tflops"] = fwd_flop / row["fwd_ms"] / 1e9
     row["bwd_tflops"] = 2.5 * fwd_flop / (row["fwd_bwd_ms"] - row["fwd_ms"]) / 1e9
     compiled = torch.compile(attend, fullgraph=True)
@@ -100,13 +103,13 @@ def run(args) -> list[dict]:
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"\n{'kernel':8} {'heads':>5} {'fwd ms':>8} {'fwd+bwd ms':>11} {'fwd TF/s':>9} {'bwd TF/s':>9} "
+    print(f"\n{'kernel':8} {'heads':>5} {'fwd ms':>8} {'fwd+bwd ms':>11} {'host ms':>8} {'fwd TF/s':>9} {'bwd TF/s':>9} "
           f"{'max|Δout|':>10} {'max|Δgrad|':>11} {'compiled':>10}")
     for r in rows:
         if "fwd_ms" not in r:
             print(f"{r['kernel']:8} {r['heads']:>5} {r.get('skipped') or r.get('error')}")
             continue
-        print(f"{r['kernel']:8} {r['heads']:>5} {r['fwd_ms']:8.3f} {r['fwd_bwd_ms']:11.3f} {r['fwd_tflops']:9.0f} "
+        print(f"{r['kernel']:8} {r['heads']:>5} {r['fwd_ms']:8.3f} {r['fwd_bwd_ms']:11.3f} {r['host_ms']:8.3f} {r['fwd_tflops']:9.0f} "
               f"{r['bwd_tflops']:9.0f} {r['max_abs_out']:10.2e} {r['max_abs_grad']:11.2e} "
               f"{r['compiled_max_abs_grad']:10.2e}")
 

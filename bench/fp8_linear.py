@@ -19,6 +19,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -38,6 +39,18 @@ def cuda_ms(step, warmup: int, iters: int) -> float:
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / iters
+
+
+def launch_ms(step, iters: int) -> float:
+    """Host time to issue one STEP (the GPU drained first): where it reaches cuda_ms, the step is bound by
+    its Python and launch overhead, not by its kernels."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iters):
+        step()
+    host = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return host * 1000 / iters
 
 
 def fwd_bwd(layer, x, grad, context=contextlib.nullcontext):

@@ -6,7 +6,8 @@ The model's MLP as the trainer runs it — float32 weights and biases, bf16 auto
 quack's `mlp_func` (the quack-kernels package): the up-projection's GEMM applies bias and GELU in its
 epilogue and stores the pre-activation; in the backward the down-projection's input-gradient GEMM
 applies GELU's derivative in its epilogue, so no separate GELU kernels run. Times (CUDA events, after
-warm-up and quack's autotuning) forward + backward, and the largest difference of the output and
+warm-up and quack's autotuning) forward + backward, the host time to issue one (where it reaches the
+GPU time, the MLP is bound by Python and launches, which the trainer's queued step hides), and the largest difference of the output and
 each gradient from torch's. A table is printed; JSON goes to $GPTFORGE_BENCH_OUT/mlp_epilogue.json.
 """
 
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fp8_linear import cuda_ms  # noqa: E402
+from fp8_linear import cuda_ms, launch_ms  # noqa: E402
 
 
 def torch_mlp(x, w1, b1, w2, b2):
@@ -62,7 +63,8 @@ def measure(fn, tokens: int, width: int, args) -> tuple[dict, torch.Tensor, list
     out = step()
     ms = cuda_ms(step, args.warmup, args.iters)
     flop = 2 * 3 * 2 * tokens * width * 4 * width
-    return {"fwd_bwd_ms": ms, "tflops": flop / ms / 1e9}, out.detach(), [t.grad.detach() for t in (x, *params)]
+    result = {"fwd_bwd_ms": ms, "tflops": flop / ms / 1e9, "host_ms": launch_ms(step, args.iters)}
+    return result, out.detach(), [t.grad.detach() for t in (x, *params)]
 
 
 def run(args) -> list[dict]:
@@ -98,12 +100,12 @@ def main() -> int:
         print("mlp_epilogue: needs a CUDA GPU (none visible)", file=sys.stderr)
         return 2
     rows = run(args)
-    print(f"\n{'mlp':16} {'width':>5} {'fwd+bwd ms':>11} {'TF/s':>6} {'max|Δout|':>10} {'max rel Δgrad':>14}")
+    print(f"\n{'mlp':16} {'width':>5} {'fwd+bwd ms':>11} {'host ms':>8} {'TF/s':>6} {'max|Δout|':>10} {'max rel Δgrad':>14}")
     for r in rows:
         if "error" in r:
             print(f"{r['mlp']:16} {r['width']:>5} {r['error']}")
             continue
-        print(f"{r['mlp']:16} {r['width']:>5} {r['fwd_bwd_ms']:11.3f} {r['tflops']:6.0f} "
+        print(f"{r['mlp']:16} {r['width']:>5} {r['fwd_bwd_ms']:11.3f} {r['host_ms']:8.3f} {r['tflops']:6.0f} "
               f"{r.get('max_abs_out', 0):10.2e} {r.get('max_rel_grad', 0):14.2e}")
     out = Path(os.environ.get("GPTFORGE_BENCH_OUT", ".")) / "mlp_epilogue.json"
     out.parent.mkdir(parents=True, exist_ok=True)
