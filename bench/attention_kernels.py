@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fp8_linear import cuda_ms, launch_ms  # noqa: E402
+from fp8_linear import cuda_ms, launch_ms, write_gpu_report  # noqa: E402
 
 from gptforge.model.flash4 import MODULE as FA4_MODULE, flash4_attention  # noqa: E402
 from gptforge.model.layers import import_error  # noqa: E402
@@ -128,9 +127,7 @@ def main() -> int:
         return 2
     rows = run(args)
     print_table(rows)
-    out = Path(os.environ.get("GPTFORGE_BENCH_OUT", ".")) / "attention_kernels.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, indent=1))
+    write_gpu_report("attention_kernels", rows)
     return 0
 
 

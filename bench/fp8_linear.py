@@ -53,6 +53,14 @@ def launch_ms(step, iters: int) -> float:
     return host * 1000 / iters
 
 
+def write_gpu_report(name: str, rows: list[dict]) -> Path:
+    """ROWS with the GPU and torch they came from, as $GPTFORGE_BENCH_OUT/NAME.json (default: here)."""
+    out = Path(os.environ.get("GPTFORGE_BENCH_OUT", ".")) / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, indent=1))
+    return out
+
+
 def fwd_bwd(layer, x, grad, context=contextlib.nullcontext):
     def step():
         with context():

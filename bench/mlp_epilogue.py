@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fp8_linear import cuda_ms, launch_ms  # noqa: E402
+from fp8_linear import cuda_ms, launch_ms, write_gpu_report  # noqa: E402
 
 
 def torch_mlp(x, w1, b1, w2, b2):
@@ -107,9 +106,7 @@ def main() -> int:
             continue
         print(f"{r['mlp']:16} {r['width']:>5} {r['fwd_bwd_ms']:11.3f} {r['host_ms']:8.3f} {r['tflops']:6.0f} "
               f"{r.get('max_abs_out', 0):10.2e} {r.get('max_rel_grad', 0):14.2e}")
-    out = Path(os.environ.get("GPTFORGE_BENCH_OUT", ".")) / "mlp_epilogue.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, indent=1))
+    write_gpu_report("mlp_epilogue", rows)
     return 0
 
 

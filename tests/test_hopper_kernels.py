@@ -25,6 +25,12 @@ from gptforge.train.config import load_config, validate
 CPU = torch.device("cpu")
 
 
+@pytest.fixture
+def hopper_here(monkeypatch):
+    """The GPU checks pass on this machine: what is tested is every check after them."""
+    monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
+
+
 def test_flash4_is_a_valid_attention_backend():
     cfg, _ = load_config("gpt2-tiny", ["attention-backend=flash4"])
     validate(cfg)
@@ -42,16 +48,14 @@ def test_flash4_asked_for_on_a_cpu_falls_back_to_sdpa_with_the_reason():
     (0.0, "gptforge_no_such_module.interface", "is not importable (ModuleNotFoundError: No module named "
                                                "'gptforge_no_such_module'; pip install flash-attn-4)"),
 ])
-def test_flash4_on_a_hopper_without_what_it_needs_says_which(monkeypatch, dropout, module, says):
-    monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
+def test_flash4_on_a_hopper_without_what_it_needs_says_which(hopper_here, monkeypatch, dropout, module, says):
     monkeypatch.setattr(kernels, "FA4_MODULE", module)
     backend = LayerBackend(attention="flash4")
     assert kernels.use_flash4(backend, CPU, dropout) == f"FlashAttention 4 asked for but {says}: SDPA's own choice of kernel"
     assert backend.attention == "auto"
 
 
-def test_flash4_with_everything_in_place_stays_on(monkeypatch):
-    monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
+def test_flash4_with_everything_in_place_stays_on(hopper_here, monkeypatch):
     monkeypatch.setattr(kernels, "FA4_MODULE", "json")  # any importable module stands for flash_attn.cute
     backend = LayerBackend(attention="flash4")
     assert kernels.use_flash4(backend, CPU, 0.0).startswith("attention: FlashAttention 4")
@@ -75,15 +79,13 @@ def test_gelu_epilogue_falls_back_with_the_reason():
     (LayerBackend(linear="te"), "off", "TransformerEngine layers are on: TE's MLP"),
     (LayerBackend(), "tensorwise", "float8=tensorwise is on (quack's GEMMs here are bf16): torchao's MLP"),
 ])
-def test_gelu_epilogue_yields_to_the_other_linear_layers(monkeypatch, backend, float8, says):
-    monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
+def test_gelu_epilogue_yields_to_the_other_linear_layers(hopper_here, monkeypatch, backend, float8, says):
     monkeypatch.setattr(kernels, "QUACK_MODULE", "json")
     assert kernels.use_gelu_epilogue(backend, CPU, True, float8) == f"GELU epilogue asked for but {says}"
     assert backend.mlp == "torch"
 
 
-def test_gelu_epilogue_on_a_hopper_without_quack_says_how_to_get_it(monkeypatch):
-    monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
+def test_gelu_epilogue_on_a_hopper_without_quack_says_how_to_get_it(hopper_here, monkeypatch):
     monkeypatch.setattr(kernels, "QUACK_MODULE", "gptforge_no_such_quack")
     backend = LayerBackend()
     note = kernels.use_gelu_epilogue(backend, CPU, asked=True)
@@ -91,8 +93,7 @@ def test_gelu_epilogue_on_a_hopper_without_quack_says_how_to_get_it(monkeypatch)
     assert note.endswith("; pip install quack-kernels): torch MLP") and backend.mlp == "torch"
 
 
-def test_gelu_epilogue_refuses_a_dsl_outside_site_packages(monkeypatch, tmp_path):
-    monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
+def test_gelu_epilogue_refuses_a_dsl_outside_site_packages(hopper_here, monkeypatch, tmp_path):
     monkeypatch.setattr(kernels, "QUACK_MODULE", "json")
     monkeypatch.setattr(kernels, "dsl_directory", lambda: str(tmp_path / "nvidia_cutlass_dsl"))
     backend = LayerBackend()
@@ -300,8 +301,7 @@ def test_the_benchmarks_say_what_they_need_where_there_is_no_gpu(script):
     assert proc.stderr.strip() == f"{script}: needs a CUDA GPU (none visible)"
 
 
-def test_gelu_epilogue_with_everything_in_place_turns_quack_on(monkeypatch):
-    monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
+def test_gelu_epilogue_with_everything_in_place_turns_quack_on(hopper_here, monkeypatch):
     monkeypatch.setattr(kernels, "QUACK_MODULE", "json")
     monkeypatch.setattr(kernels, "dsl_directory", lambda: "/env/lib/python3.12/site-packages/nvidia_cutlass_dsl")
     backend = LayerBackend()
