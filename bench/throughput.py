@@ -72,11 +72,6 @@ LEVERS = {lv.name: lv for lv in (
     Lever("gelu-epilogue", ("gelu-epilogue=true",),
           "+2-4%: bias + GELU and GELU's gradient ride in the MLP GEMMs' epilogues, so the ~5 ms of GELU kernels "
           "go, if quack's GEMMs keep cuBLAS's speed", "quack"),
-    Lever("fused-layer-norm", ("fused-layer-norm=true",),
-          "+1.5-3%: each residual add + LayerNorm is one Triton kernel each way; the backward reads x and dy "
-          "once for the input, weight and bias gradients, where inductor's reads them again for the column "
-          "sums (~4.7 ms of LayerNorm backward per step); alone at 32x1024x768 the kernels take 268 us a "
-          "layer against compiled torch's 278 (backward 164 against 175), which points to the low end or below"),
     Lever("flash-attention", ("attention-backend=flash",),
           "±1%: auto already picks flash (FA2) for bf16 head dim 64"),
     Lever("foreach-adamw", ("fused-adamw=false",),
@@ -104,8 +99,8 @@ LEVERS = {lv.name: lv for lv in (
           "below tensorwise: per-row scales cost more in the cast and the GEMM epilogue", "torchao.float8"),
 )}
 DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "reference-loss", "fp8-output", "apex-fused-adam", "coordinate-descent",
-                  "cudnn-attention", "flash4-attention", "gelu-epilogue", "fused-layer-norm", "foreach-adamw", "reduce-overhead",
-                  "accum-2", "micro-2x", "flash-attention", "eager", "max-autotune", "te", "te-fp8-delayed", "te-fp8-current",
+                  "cudnn-attention", "flash4-attention", "gelu-epilogue", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x",
+                  "flash-attention", "eager", "max-autotune", "te", "te-fp8-delayed", "te-fp8-current",
                   "torchao-float8-tensorwise", "torchao-float8-rowwise")
 
 

@@ -10,7 +10,6 @@ from torch import nn
 
 from gptforge.model.config import ModelConfig
 from gptforge.model.flash4 import flash4_attention
-from gptforge.model.layer_norm import AddLayerNorm
 from gptforge.model.layers import LayerBackend, attention_kernel, make_layer_norm, make_linear
 from gptforge.model.loss import linear_cross_entropy
 
@@ -65,15 +64,6 @@ class MLP(nn.Module):
         return self.dropout(self.proj(F.gelu(self.fc(x), approximate="tanh")))
 
 
-def add_and_norm(norm: nn.Module, res: torch.Tensor, delta: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(norm(res + delta), res + delta): the residual add a branch left pending and the LayerNorm after it
-    (delta None: nothing pending), in one kernel each way where NORM is an AddLayerNorm."""
-    if isinstance(norm, AddLayerNorm):
-        return norm(res, delta)
-    res = res if delta is None else res + delta
-    return norm(res), res
-
-
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, backend: LayerBackend):
         super().__init__()
@@ -82,12 +72,9 @@ class Block(nn.Module):
         self.ln_2 = make_layer_norm(backend, cfg.hidden_size)
         self.mlp = MLP(cfg, backend)
 
-    def forward(self, res: torch.Tensor, delta: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(res, delta) in and out: a branch's output is added to the residual stream by the LayerNorm after
-        it (this block's ln_2, the next block's ln_1, or ln_f)."""
-        h, res = add_and_norm(self.ln_1, res, delta)
-        h, res = add_and_norm(self.ln_2, res, self.attn(h))
-        return res, self.mlp(h)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
 
 
 class GPT(nn.Module):
@@ -121,10 +108,10 @@ class GPT(nn.Module):
         if seq > self.cfg.max_position_embeddings:
             raise ValueError(f"sequence of {seq} tokens exceeds the position table ({self.cfg.max_position_embeddings})")
         pos = torch.arange(seq, device=idx.device)
-        res, delta = self.drop(self.wte(idx) + self.wpe(pos)), None
+        x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:
-            res, delta = block(res, delta)
-        x, _ = add_and_norm(self.ln_f, res, delta)
+            x = block(x)
+        x = self.ln_f(x)
         if targets is not None and self.loss_chunk:
             # logits are never formed whole: the caller gets the loss only
             return None, linear_cross_entropy(x.reshape(-1, x.size(-1)), self.lm_head.weight, targets.reshape(-1),

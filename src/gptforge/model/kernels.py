@@ -1,13 +1,10 @@
-"""Kernels each on only when asked for, installed and the GPU can run it: Hopper/Blackwell kernels from
-outside packages, and gptforge's own fused LayerNorm.
+"""Hopper/Blackwell kernels from outside packages, each on only when asked for, installed and the GPU can run it.
 
 - ``attention-backend = "flash4"``: FlashAttention 4's Hopper/Blackwell kernels (the flash-attn-4
   package), called through the custom ops of ``model/flash4.py`` in place of SDPA.
 - ``gelu-epilogue = true``: the MLP's GEMMs from quack-kernels, bias + GELU in the up-projection's
   epilogue and GELU's derivative in the down-projection's input-gradient GEMM (no GELU kernels of
   their own).
-- ``fused-layer-norm = true``: the residual add and the LayerNorm after it as the Triton kernels of
-  ``model/layer_norm.py``, one each way, in place of torch.nn.LayerNorm.
 
 Each ``use_*`` sets BACKEND and returns the note the trainer logs: on, or asked for but off and why.
 """
@@ -18,7 +15,6 @@ import torch
 
 from gptforge.core.installed import dsl_directory, outside_site_packages
 from gptforge.model.flash4 import MODULE as FA4_MODULE
-from gptforge.model.layer_norm import MAX_WIDTH, triton_available
 from gptforge.model.layers import LayerBackend, import_error
 
 QUACK_MODULE = "quack.mlp"
@@ -64,22 +60,3 @@ def use_gelu_epilogue(backend: LayerBackend, device: torch.device, asked: bool, 
     backend.mlp = "quack"
     return "MLP: quack GEMMs, bias + GELU in the up-projection's epilogue, its gradient in the down-projection's"
 
-
-def use_fused_layer_norm(backend: LayerBackend, device: torch.device, asked: bool, width: int) -> str | None:
-    if not asked:
-        return None
-    why = None
-    if backend.layer_norm == "te":
-        why = "TransformerEngine layers are on: TE's LayerNorm"
-    elif backend.layer_norm == "apex":
-        why = "apex FusedLayerNorm is on: apex's LayerNorm"
-    elif device.type != "cuda":
-        why = "needs a CUDA GPU: torch LayerNorm"
-    elif width > MAX_WIDTH:
-        why = f"takes hidden-size up to {MAX_WIDTH}, not {width}: torch LayerNorm"
-    elif not triton_available():
-        why = "Triton is not importable: torch LayerNorm"
-    if why:
-        return f"fused LayerNorm asked for but {why}"
-    backend.layer_norm = "fused"
-    return "LayerNorm: residual add + LayerNorm in one Triton kernel each way"

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from gptforge.model.layer_norm import AddLayerNorm
-
 # attention-backend key -> the SDPA kernel it pins (auto: PyTorch's own choice, flash on Hopper at bf16)
 ATTENTION_BACKENDS = {
     "auto": None,
@@ -42,7 +40,7 @@ def importable(module: str) -> bool:
 
 @dataclass
 class LayerBackend:
-    layer_norm: str = "torch"  # torch | apex | te | fused (the residual add and LayerNorm in one Triton kernel)
+    layer_norm: str = "torch"  # torch | apex | te
     linear: str = "torch"  # torch | te
     attention: str = "auto"  # one of ATTENTION_CHOICES
     mlp: str = "torch"  # torch | quack (GEMMs with GELU in their epilogues)
@@ -84,8 +82,6 @@ def make_layer_norm(backend: LayerBackend, dim: int) -> nn.Module:
         import transformer_engine.pytorch as te
 
         return te.LayerNorm(dim)
-    if backend.layer_norm == "fused":
-        return AddLayerNorm(dim)
     return nn.LayerNorm(dim)
 
 

@@ -131,7 +131,6 @@ class TrainConfig:
     fp8_output: bool
     loss_chunk_tokens: int
     gelu_epilogue: bool
-    fused_layer_norm: bool
     fused_adamw: bool
     apex_fused_adam: bool
     apex_layernorm: bool

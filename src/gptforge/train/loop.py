@@ -19,7 +19,7 @@ import torch
 
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT
-from gptforge.model.kernels import use_flash4, use_fused_layer_norm, use_gelu_epilogue
+from gptforge.model.kernels import use_flash4, use_gelu_epilogue
 from gptforge.model.layers import LayerBackend, resolve_backend
 from gptforge.model.loss import fp8_fits
 from gptforge.model.scaled_mm import fp8_matmul_gpu
@@ -211,9 +211,7 @@ class Trainer:
                                   cfg.loss_chunk_tokens if cfg.fused_loss else 0)
         self.notes += backend.notes
         self.notes += [note for note in (use_flash4(backend, self.device, cfg.dropout),
-                                         use_gelu_epilogue(backend, self.device, cfg.gelu_epilogue, cfg.float8),
-                                         use_fused_layer_norm(backend, self.device, cfg.fused_layer_norm, cfg.hidden_size))
-                       if note]
+                                         use_gelu_epilogue(backend, self.device, cfg.gelu_epilogue, cfg.float8)) if note]
         fp8_output_note = fp8_output(cfg, backend, self.device, mcfg.padded_vocab_size)
         if backend.loss_chunk:
             self.notes.append(f"loss kernel: {xent_kernel_name(self.device)}")
