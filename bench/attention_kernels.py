@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fp8_linear import cuda_ms, launch_ms, write_gpu_report  # noqa: E402
+from fp8_linear import cuda_ms, launch_ms, run_gpu_bench  # noqa: E402
 
 from gptforge.model.flash4 import MODULE as FA4_MODULE, flash4_attention  # noqa: E402
 from gptforge.model.layers import import_error  # noqa: E402
@@ -121,14 +121,7 @@ def main() -> int:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("attention_kernels: needs a CUDA GPU (none visible)", file=sys.stderr)
-        return 2
-    rows = run(args)
-    print_table(rows)
-    write_gpu_report("attention_kernels", rows)
-    return 0
+    return run_gpu_bench("attention_kernels", parser.parse_args(), run, print_table)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,18 @@ def write_gpu_report(name: str, rows: list[dict]) -> Path:
     return out
 
 
+def run_gpu_bench(name: str, args, run, print_table) -> int:
+    """The shared tail of a GPU benchmark's main: refuse without a GPU, else RUN(ARGS), print its rows'
+    table and write them as NAME.json."""
+    if not torch.cuda.is_available():
+        print(f"{name}: needs a CUDA GPU (none visible)", file=sys.stderr)
+        return 2
+    rows = run(args)
+    print_table(rows)
+    write_gpu_report(name, rows)
+    return 0
+
+
 def fwd_bwd(layer, x, grad, context=contextlib.nullcontext):
     def step():
         with context():

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fp8_linear import cuda_ms, launch_ms, write_gpu_report  # noqa: E402
+from fp8_linear import cuda_ms, launch_ms, run_gpu_bench  # noqa: E402
 
 
 def torch_mlp(x, w1, b1, w2, b2):
@@ -88,17 +88,7 @@ def run(args) -> list[dict]:
     return rows
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=32768)
-    parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")], default=[768, 1024])
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--iters", type=int, default=20)
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("mlp_epilogue: needs a CUDA GPU (none visible)", file=sys.stderr)
-        return 2
-    rows = run(args)
+def print_table(rows: list[dict]) -> None:
     print(f"\n{'mlp':16} {'width':>5} {'fwd+bwd ms':>11} {'host ms':>8} {'TF/s':>6} {'max|Δout|':>10} {'max rel Δgrad':>14}")
     for r in rows:
         if "error" in r:
@@ -106,8 +96,15 @@ def main() -> int:
             continue
         print(f"{r['mlp']:16} {r['width']:>5} {r['fwd_bwd_ms']:11.3f} {r['host_ms']:8.3f} {r['tflops']:6.0f} "
               f"{r.get('max_abs_out', 0):10.2e} {r.get('max_rel_grad', 0):14.2e}")
-    write_gpu_report("mlp_epilogue", rows)
-    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=32768)
+    parser.add_argument("--widths", type=lambda s: [int(w) for w in s.split(",")], default=[768, 1024])
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=20)
+    return run_gpu_bench("mlp_epilogue", parser.parse_args(), run, print_table)
 
 
 if __name__ == "__main__":
