@@ -59,4 +59,3 @@ def use_gelu_epilogue(backend: LayerBackend, device: torch.device, asked: bool, 
                 "where quack's kernel cache fails on it; install it into the environment with pip: torch MLP")
     backend.mlp = "quack"
     return "MLP: quack GEMMs, bias + GELU in the up-projection's epilogue, its gradient in the down-projection's"
-
