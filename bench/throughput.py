@@ -72,6 +72,9 @@ LEVERS = {lv.name: lv for lv in (
     Lever("gelu-epilogue", ("gelu-epilogue=true",),
           "+2-4%: bias + GELU and GELU's gradient ride in the MLP GEMMs' epilogues, so the ~5 ms of GELU kernels "
           "go, if quack's GEMMs keep cuBLAS's speed", "quack"),
+    Lever("bf16-residual", ("bf16-residual=true",),
+          "+3-5%: the residual adds, the 25 LayerNorms and their backward (~7 ms, memory-bound) move 8 bytes an "
+          "element instead of 12-16"),
     Lever("flash-attention", ("attention-backend=flash",),
           "±1%: auto already picks flash (FA2) for bf16 head dim 64"),
     Lever("foreach-adamw", ("fused-adamw=false",),
@@ -99,7 +102,7 @@ LEVERS = {lv.name: lv for lv in (
           "below tensorwise: per-row scales cost more in the cast and the GEMM epilogue", "torchao.float8"),
 )}
 DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "reference-loss", "fp8-output", "apex-fused-adam", "coordinate-descent",
-                  "cudnn-attention", "flash4-attention", "gelu-epilogue", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x",
+                  "cudnn-attention", "flash4-attention", "gelu-epilogue", "bf16-residual", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x",
                   "flash-attention", "eager", "max-autotune", "te", "te-fp8-delayed", "te-fp8-current",
                   "torchao-float8-tensorwise", "torchao-float8-rowwise")
 

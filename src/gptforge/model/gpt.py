@@ -46,6 +46,10 @@ def autocast_dtype(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.get_autocast_dtype("cuda")) if torch.is_autocast_enabled("cuda") else t
 
 
+def bf16_autocast(device_type: str) -> bool:
+    return torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type) == torch.bfloat16
+
+
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig, backend: LayerBackend):
         super().__init__()
@@ -84,6 +88,7 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.loss_chunk = backend.loss_chunk
         self.loss_fp8 = backend.loss_fp8
+        self.bf16_residual = backend.bf16_residual
         self.wte = nn.Embedding(cfg.padded_vocab_size, cfg.hidden_size)
         self.wpe = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
         self.drop = nn.Dropout(cfg.dropout)
@@ -109,6 +114,10 @@ class GPT(nn.Module):
             raise ValueError(f"sequence of {seq} tokens exceeds the position table ({self.cfg.max_position_embeddings})")
         pos = torch.arange(seq, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
+        if self.bf16_residual and bf16_autocast(x.device.type):
+            # Megatron's default (no fp32 residual connection): the adds, LayerNorms and their backward
+            # move half the bytes; weights, LayerNorm statistics and gradients of weights stay float32.
+            x = x.to(torch.bfloat16)
         for block in self.blocks:
             x = block(x)
         x = self.ln_f(x)

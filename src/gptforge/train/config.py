@@ -131,6 +131,7 @@ class TrainConfig:
     fp8_output: bool
     loss_chunk_tokens: int
     gelu_epilogue: bool
+    bf16_residual: bool
     fused_adamw: bool
     apex_fused_adam: bool
     apex_layernorm: bool

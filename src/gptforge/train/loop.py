@@ -99,6 +99,17 @@ def fp8_context(cfg: TrainConfig, backend: LayerBackend, device: torch.device):
     return autocast_factory(cfg.fp8_recipe), f"FP8 (TransformerEngine, HYBRID E4M3/E5M2, {cfg.fp8_recipe} scaling): on"
 
 
+def bf16_residual(cfg: TrainConfig, backend: LayerBackend, device: torch.device) -> str | None:
+    """Turn the bf16 residual stream on in BACKEND when asked for and the run is bf16; the note says which."""
+    if not cfg.bf16_residual:
+        return None
+    precision = choose(cfg.precision, device)
+    if precision.name != "bf16":
+        return f"bf16 residual stream asked for but the run is {precision.name}: float32 residual stream"
+    backend.bf16_residual = True
+    return "residual stream: bf16 (weights, LayerNorm statistics and weight gradients float32)"
+
+
 def fp8_output(cfg: TrainConfig, backend: LayerBackend, device: torch.device, padded_vocab: int) -> str | None:
     """Turn the FP8 output layer on in BACKEND when asked for and possible; the note says which."""
     if not cfg.fp8_output:
@@ -211,7 +222,8 @@ class Trainer:
                                   cfg.loss_chunk_tokens if cfg.fused_loss else 0)
         self.notes += backend.notes
         self.notes += [note for note in (use_flash4(backend, self.device, cfg.dropout),
-                                         use_gelu_epilogue(backend, self.device, cfg.gelu_epilogue, cfg.float8)) if note]
+                                         use_gelu_epilogue(backend, self.device, cfg.gelu_epilogue, cfg.float8),
+                                         bf16_residual(cfg, backend, self.device)) if note]
         fp8_output_note = fp8_output(cfg, backend, self.device, mcfg.padded_vocab_size)
         if backend.loss_chunk:
             self.notes.append(f"loss kernel: {xent_kernel_name(self.device)}")
