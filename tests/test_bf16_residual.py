@@ -14,6 +14,7 @@ from gptforge.model import GPT, ModelConfig
 from gptforge.model.layers import LayerBackend
 from gptforge.train.config import TrainConfig
 from gptforge.train.loop import bf16_residual
+from gptforge.train.precision import choose
 
 CFG = ModelConfig(num_layers=2, hidden_size=64, num_attention_heads=4, max_position_embeddings=32, vocab_size=200)
 CPU = torch.device("cpu")
@@ -84,9 +85,9 @@ def test_without_bf16_autocast_it_changes_nothing(autocast_dtype):
 ])
 def test_the_trainer_turns_it_on_only_for_bf16_runs(precision, on, note):
     backend = LayerBackend()
-    assert bf16_residual(TrainConfig(bf16_residual=True, precision=precision), backend, CPU) == note
+    assert bf16_residual(TrainConfig(bf16_residual=True), backend, choose(precision, CPU)) == note
     assert backend.bf16_residual is on
-    assert bf16_residual(TrainConfig(precision="bf16"), LayerBackend(), CPU) is None
+    assert bf16_residual(TrainConfig(), LayerBackend(), choose("bf16", CPU)) is None
 
 
 def test_the_trainer_logs_the_choice(tmp_path):

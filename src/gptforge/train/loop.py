@@ -33,7 +33,7 @@ from gptforge.train.metrics import MetricsLog, plot_losses, read_records
 from gptforge.train.optim import build_optimizer
 from gptforge.train.peaks import Peak, lookup, mfu
 from gptforge.train.progress import RunProgress
-from gptforge.train.precision import choose
+from gptforge.train.precision import Precision, choose
 
 
 @dataclass
@@ -99,11 +99,10 @@ def fp8_context(cfg: TrainConfig, backend: LayerBackend, device: torch.device):
     return autocast_factory(cfg.fp8_recipe), f"FP8 (TransformerEngine, HYBRID E4M3/E5M2, {cfg.fp8_recipe} scaling): on"
 
 
-def bf16_residual(cfg: TrainConfig, backend: LayerBackend, device: torch.device) -> str | None:
+def bf16_residual(cfg: TrainConfig, backend: LayerBackend, precision: Precision) -> str | None:
     """Turn the bf16 residual stream on in BACKEND when asked for and the run is bf16; the note says which."""
     if not cfg.bf16_residual:
         return None
-    precision = choose(cfg.precision, device)
     if precision.name != "bf16":
         return f"bf16 residual stream asked for but the run is {precision.name}: float32 residual stream"
     backend.bf16_residual = True
@@ -218,12 +217,13 @@ class Trainer:
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
         checkpoint.seed_all(cfg.seed)
+        precision = choose(cfg.precision, self.device)
         backend = resolve_backend(cfg.apex_layernorm, cfg.transformer_engine, cfg.attention_backend,
                                   cfg.loss_chunk_tokens if cfg.fused_loss else 0)
         self.notes += backend.notes
         self.notes += [note for note in (use_flash4(backend, self.device, cfg.dropout),
                                          use_gelu_epilogue(backend, self.device, cfg.gelu_epilogue, cfg.float8),
-                                         bf16_residual(cfg, backend, self.device)) if note]
+                                         bf16_residual(cfg, backend, precision)) if note]
         fp8_output_note = fp8_output(cfg, backend, self.device, mcfg.padded_vocab_size)
         if backend.loss_chunk:
             self.notes.append(f"loss kernel: {xent_kernel_name(self.device)}")
@@ -240,7 +240,6 @@ class Trainer:
             if cfg.compile:
                 self.notes.append("torch.compile asked for: not applied under DeepSpeed")
         else:
-            precision = choose(cfg.precision, self.device)
             self.notes.append(f"precision: {precision.note}")
             self.notes.append(f"optimizer: {opt_note}")
             wrapped = self.model
