@@ -3,7 +3,7 @@
 For logits (N, W) (W the padded vocabulary; columns >= vocab_size stand for no token) and targets (N,):
 loss[i] = logsumexp(logits[i, :vocab_size]) - logits[i, target[i]], both in float32, and
 grad[i] = (softmax(logits[i, :vocab_size]) - one_hot(target[i])) * scale in the logits' dtype, 0 on the
-padded columns (or in GRAD_DTYPE: float8_e5m2 for the FP8 output layer, scale chosen to fit). On CUDA a Triton kernel makes both while reading each row twice (the second read mostly
+padded columns (or in GRAD_DTYPE: float8_e5m2 for the FP8 output layer, scale chosen to fit). On CUDA a Triton kernel makes both while reading each row twice (the second read partly
 from L2) and writing the gradient once; the float32 copy of the logits the reference softmax makes never
 exists. Elsewhere the same function runs as torch ops. As a registered op it is opaque to torch.compile.
 """
@@ -14,8 +14,9 @@ import functools
 
 import torch
 
-BLOCK = 4096  # columns per step of the row loop
-NUM_WARPS = 8
+# (columns per step of the row loop, warps per row) by the gradient's bytes per element, the fastest
+# measured on an H100 at GPT-2's shape (bench/xent_kernel.py, BENCHMARKS.md)
+CONFIGS = {1: (2048, 8), 2: (4096, 8), 4: (4096, 8)}
 
 
 @functools.cache
@@ -45,8 +46,11 @@ def _kernel():
             m = m_new
         lse = m + tl.log(s)
         tl.store(loss_ptr + row, lse - tl.load(logits_row + target).to(tl.float32))
-        # pass 2: the gradient of every column, padded ones included (exp(-inf) = 0)
-        for start in range(0, width, BLOCK):
+        # pass 2: the gradient of every column, padded ones included (exp(-inf) = 0), last block first:
+        # what pass 1 read last is what L2 most likely still holds
+        blocks = tl.cdiv(width, BLOCK)
+        for i in range(0, blocks):
+            start = (blocks - 1 - i) * BLOCK
             cols = start + tl.arange(0, BLOCK)
             x = tl.load(logits_row + cols, mask=cols < vocab_size, other=float("-inf")).to(tl.float32)
             p = tl.exp(x - lse)
@@ -67,8 +71,9 @@ def xent_triton(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, sc
     loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
     grad = torch.empty((rows, width), dtype=grad_dtype or logits.dtype, device=logits.device)
     if rows:
+        block, warps = CONFIGS[grad.element_size()]
         _kernel()[(rows,)](logits, grad, targets, loss, logits.stride(0), width, vocab_size, scale,
-                           BLOCK=BLOCK, num_warps=NUM_WARPS)
+                           BLOCK=block, num_warps=warps)
     return loss, grad
 
 
