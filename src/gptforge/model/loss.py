@@ -39,9 +39,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, weight, targets, vocab_size: int, chunk: int, dtype: torch.dtype, fp8: bool):
         grad_h = torch.empty(h.shape, dtype=dtype, device=h.device)
-        grad_w = torch.zeros(weight.shape, dtype=torch.promote_types(dtype, torch.float32), device=weight.device)
         chunks = _fp8_chunks if fp8 else _bf16_chunks
-        loss = chunks(h, weight, targets, vocab_size, chunk, dtype, grad_h, grad_w)
+        loss, grad_w = chunks(h, weight, targets, vocab_size, chunk, dtype, grad_h)
         ctx.save_for_backward(grad_h, grad_w)
         ctx.dtypes = (h.dtype, weight.dtype)
         return loss / h.shape[0]
@@ -53,11 +52,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return (grad_h * grad_loss).to(h_dtype), (grad_w * grad_loss).to(w_dtype), None, None, None, None, None
 
 
-def _bf16_chunks(h, weight, targets, vocab_size, chunk, dtype, grad_h, grad_w) -> torch.Tensor:
-    """Summed loss of every chunk in the compute dtype; fills grad_h and adds into grad_w."""
+def _accumulate(total: torch.Tensor | None, part: torch.Tensor) -> torch.Tensor:
+    """TOTAL + PART, or PART itself for the first chunk: no zero-filled buffer to add into."""
+    return part if total is None else total.add_(part)
+
+
+def _bf16_chunks(h, weight, targets, vocab_size, chunk, dtype, grad_h) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summed loss of every chunk, the gradient w.r.t. weight in float32 or wider); fills grad_h."""
     rows = h.shape[0]
     w = weight.to(dtype)
-    loss = torch.zeros((), dtype=grad_w.dtype, device=h.device)
+    wide = torch.promote_types(dtype, torch.float32)
+    loss, grad_w = torch.zeros((), dtype=wide, device=h.device), None
     for start in range(0, rows, chunk):
         hc, tc = h[start:start + chunk].to(dtype), targets[start:start + chunk]
         # d(mean loss)/d(logits) = (softmax - one_hot) / rows, rounded to the compute dtype as
@@ -65,26 +70,27 @@ def _bf16_chunks(h, weight, targets, vocab_size, chunk, dtype, grad_h, grad_w) -
         loss_rows, grad = xent(hc @ w.t(), tc, vocab_size, 1.0 / rows)
         loss = loss + loss_rows.sum()
         grad_h[start:start + chunk] = grad @ w
-        grad_w += (grad.t() @ hc).to(grad_w.dtype)
-    return loss
+        grad_w = _accumulate(grad_w, (grad.t() @ hc).to(wide))
+    return loss, grad_w
 
 
-def _fp8_chunks(h, weight, targets, vocab_size, chunk, dtype, grad_h, grad_w) -> torch.Tensor:
-    """As _bf16_chunks, with the three matmuls in FP8."""
+def _fp8_chunks(h, weight, targets, vocab_size, chunk, dtype, grad_h) -> tuple[torch.Tensor, torch.Tensor]:
+    """As _bf16_chunks, with the three matmuls in FP8 (the gradient w.r.t. weight in float32)."""
     rows = h.shape[0]
     h8, inv_h = to_e4m3(h)
     w8, inv_w = to_e4m3(weight)
     w8_cols = column_major(w8)  # W as the column-major B of grad_h = grad @ W
     inv_g = inv_h.new_tensor(1.0 / (rows * GRAD_SCALE))
-    loss = torch.zeros((), dtype=grad_w.dtype, device=h.device)
+    loss, grad_w = torch.zeros((), dtype=torch.float32, device=h.device), None
     for start in range(0, rows, chunk):
         hc8, tc = h8[start:start + chunk], targets[start:start + chunk]
         loss_rows, g8 = xent(scaled_mm(hc8, w8.t(), inv_h, inv_w, dtype), tc, vocab_size, GRAD_SCALE, E5M2)
         loss = loss + loss_rows.sum()
         grad_h[start:start + chunk] = scaled_mm(g8, w8_cols, inv_g, inv_w, dtype)
-        # grad_w^T = h^T @ grad: cuBLAS wants the token dimension contiguous in both operands
-        grad_w += scaled_mm(hc8.t().contiguous(), column_major(g8), inv_h, inv_g, torch.float32).t()
-    return loss
+        # grad_w = grad^T @ h, contracting over tokens: cuBLAS wants them contiguous in both operands, so
+        # grad^T row-major and h column-major; the product comes out in grad_w's own layout
+        grad_w = _accumulate(grad_w, scaled_mm(g8.t().contiguous(), column_major(hc8), inv_g, inv_h, torch.float32))
+    return loss, grad_w
 
 
 def _loss_only(h, weight, targets, vocab_size: int, chunk: int, dtype: torch.dtype, fp8: bool) -> torch.Tensor:

@@ -20,7 +20,7 @@ import torch
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
-from gptforge.train.optim import build_scheduler, param_groups
+from gptforge.train.optim import build_scheduler, clipped_step, param_groups
 from gptforge.train.precision import Precision
 
 
@@ -51,12 +51,12 @@ class TorchEngine:
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         max_norm = self.clip if self.clip > 0 else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), max_norm)
         if self.scaler:
+            norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), max_norm)
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
-            self.optimizer.step()
+            norm = clipped_step(self.optimizer, list(self.raw_model.parameters()), max_norm)
         self.scheduler.step()
         self.optimizer.zero_grad(**self.zero_grad_kwargs)
         return norm.detach()

@@ -38,6 +38,35 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devi
     return opt, note + f"torch AdamW ({how})"
 
 
+def folds_clipping(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether OPTIMIZER scales the gradients itself: torch's fused Adam/AdamW divides each gradient by
+    its ``grad_scale`` attribute inside the kernel (the protocol GradScaler unscales by)."""
+    return (isinstance(optimizer, torch.optim.Adam) and bool(optimizer.defaults.get("fused"))
+            and getattr(optimizer, "_step_supports_amp_scaling", False))
+
+
+def clipped_step(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Clip the gradients' total norm to MAX_NORM (math.inf: no clipping), take the optimizer step, and
+    return the norm before clipping.
+
+    clip_grad_norm_ multiplies every gradient by min(max_norm / (norm + 1e-6), 1) in a pass of its own;
+    where the optimizer folds clipping in, it divides by the inverse inside its kernel instead, which
+    saves that pass over the gradients (about 1 GB of memory traffic a step at 124M parameters).
+    """
+    if not folds_clipping(optimizer):
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        optimizer.step()
+        return norm
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None], foreach=True)
+    if math.isfinite(max_norm):
+        optimizer.grad_scale = torch.clamp((norm + 1e-6) / max_norm, min=1.0)
+    try:
+        optimizer.step()
+    finally:
+        optimizer.__dict__.pop("grad_scale", None)
+    return norm
+
+
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Linear warmup to lr, cosine decay to min-lr at lr-decay-iters, then flat (nanoGPT's schedule)."""
     warmup, decay = cfg.warmup_iters(), cfg.decay_iters()
