@@ -71,15 +71,15 @@ def main(argv=None) -> int:
     loss_r, grad_r = ref(logits, targets)
     rows = [{"impl": "reference (compiled)", "ms": median_ms(lambda: ref(logits, targets), 3, a.repeat)}]
     grad_dtype, scale = (E5M2, GRAD_SCALE) if a.grad == "e5m2" else (None, 1.0 / a.rows)
+    grad_width = 1 if a.grad == "e5m2" else logits.element_size()  # bytes per gradient element: CONFIGS' key
     for cfg in a.configs.split(","):
-        X.CONFIGS[1 if a.grad == "e5m2" else 2] = tuple(int(v) for v in cfg.split("/"))
+        X.CONFIGS[grad_width] = tuple(int(v) for v in cfg.split("/"))
         loss_rows, grad = X.xent_triton(logits, targets, VOCAB, scale, grad_dtype)
         ms = median_ms(lambda: X.xent_triton(logits, targets, VOCAB, scale, grad_dtype), 3, a.repeat)
         rows.append({"impl": f"triton {cfg}", "ms": ms, "loss_diff": abs(loss_rows.mean().item() - loss_r.item()),
                      "grad_max_diff": (grad.float() * (1.0 / a.rows / scale) - grad_r.float()).abs().max().item(),
                      "grad_scale": grad_r.float().abs().max().item()})
-    grad_bytes = logits.numel() * (1 if a.grad == "e5m2" else logits.element_size())
-    moved = logits.numel() * logits.element_size() + grad_bytes  # one read of the logits, one write of the gradient
+    moved = logits.numel() * (logits.element_size() + grad_width)  # one read of the logits, one write of the gradient
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {a.rows} x {WIDTH} bf16 logits, {a.grad} gradient")
     print(f"{'implementation':<24} {'ms':>8} {'GB/s (1R+1W)':>13} {'|Δ loss|':>10} {'max |Δ grad|':>13}")
     for r in rows:

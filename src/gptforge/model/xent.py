@@ -3,9 +3,10 @@
 For logits (N, W) (W the padded vocabulary; columns >= vocab_size stand for no token) and targets (N,):
 loss[i] = logsumexp(logits[i, :vocab_size]) - logits[i, target[i]], both in float32, and
 grad[i] = (softmax(logits[i, :vocab_size]) - one_hot(target[i])) * scale in the logits' dtype, 0 on the
-padded columns (or in GRAD_DTYPE: float8_e5m2 for the FP8 output layer, scale chosen to fit). On CUDA a Triton kernel makes both while reading each row twice (the second read partly
-from L2) and writing the gradient once; the float32 copy of the logits the reference softmax makes never
-exists. Elsewhere the same function runs as torch ops. As a registered op it is opaque to torch.compile.
+padded columns (or in GRAD_DTYPE: float8_e5m2 for the FP8 output layer, scale chosen to fit). On CUDA a
+Triton kernel makes both while reading each row twice (the second read partly from L2) and writing the
+gradient once; the float32 copy of the logits the reference softmax makes never exists. Elsewhere the
+same function runs as torch ops. As a registered op it is opaque to torch.compile.
 """
 
 from __future__ import annotations
