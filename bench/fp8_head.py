@@ -44,21 +44,24 @@ def pieces(h, w, t, vocab: int) -> dict:
     _, g = xent(logits, t, vocab, 1.0 / h.shape[0])
     h8, sh = to_e4m3(hb)
     w8, sw = to_e4m3(wb)
-    _, g8 = xent(logits, t, vocab, GRAD_SCALE, E5M2)
+    _, g8 = xent(logits, t, vocab, GRAD_SCALE, E5M2, one_hot=False)
+    grad_w = torch.zeros(w.shape, device=w.device)
     sg = sh.new_tensor(1.0 / (h.shape[0] * GRAD_SCALE))
-    w8_cols, h8_t, g8_cols = column_major(w8), h8.t().contiguous(), column_major(g8)
-    transpose = torch.compile(column_major)
+    w8_cols, g8_t, h8_cols = column_major(w8), g8.t().contiguous(), column_major(h8)
+    transpose = torch.compile(lambda g: g.t().contiguous())
     return {
         "GEMM logits, bf16": lambda: hb @ wb.t(),
         "GEMM logits, FP8": lambda: scaled_mm(h8, w8.t(), sh, sw, bf),
         "GEMM grad h, bf16": lambda: g @ wb,
         "GEMM grad h, FP8": lambda: scaled_mm(g8, w8_cols, sg, sw, bf),
         "GEMM grad W, bf16": lambda: g.t() @ hb,
-        "GEMM grad W, FP8 (fp32 out)": lambda: scaled_mm(h8_t, g8_cols, sh, sg, torch.float32),
+        "GEMM grad W, FP8 (fp32 out)": lambda: scaled_mm(g8_t, h8_cols, sg, sh, torch.float32),
         "xent, bf16 gradient": lambda: xent(logits, t, vocab, 1.0 / h.shape[0]),
-        "xent, E5M2 gradient": lambda: xent(logits, t, vocab, GRAD_SCALE, E5M2),
-        "E5M2 gradient to column-major, eager": lambda: column_major(g8),
-        "E5M2 gradient to column-major, compiled": lambda: transpose(g8),
+        "xent, E5M2 gradient (softmax alone)": lambda: xent(logits, t, vocab, GRAD_SCALE, E5M2, one_hot=False),
+        "the target's term, exact (W rows gathered, h added into grad W)":
+            lambda: (w.detach()[t].float(), grad_w.index_add_(0, t, h.detach().float(), alpha=-1.0)),
+        "E5M2 gradient transposed, eager": lambda: g8.t().contiguous(),
+        "E5M2 gradient transposed, compiled": lambda: transpose(g8),
         "casts of h and W to E4M3": lambda: (to_e4m3(hb), to_e4m3(wb)),
     }
 

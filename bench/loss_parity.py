@@ -8,10 +8,19 @@ of steps, where a drift would show), the final validation losses, and with --rep
 for A against a second run of A: the run-to-run noise floor (GPU kernels with atomics are not
 bit-reproducible), against which the A/B difference is to be read. --max-diff exits 1 when the A/B max
 difference is above it; a run whose keys could not apply (the trainer's "asked for but" notes: a library
-missing, a GPU without FP8) also exits 1 and says which. JSON: $GPTFORGE_BENCH_OUT/loss_parity.json (or ./loss_parity.json).
+missing, a GPU without FP8) also exits 1 and says which. JSON: $GPTFORGE_BENCH_OUT/loss_parity.json (or ./loss_parity.json),
+rewritten after every run ("complete": false until the last), so a run cut short keeps what finished.
+
+A same-seed pair against the A/A floor only measures perturbations of the size of GPU nondeterminism.
+--seeds trains the A/B pair once per seed (seed=S added to both) to ask whether B differs from A
+systematically: per seed the curve difference, the drift (mean of B - A train loss over the last half of
+the steps, signed) and B - A final val loss; across seeds their mean and standard error, beside A's own
+seed-to-seed spread. Runs are named a@S, b@S (a2@S for --repeat-a, first seed only); the top-level
+a_vs_b and a_vs_a are the first seed's.
 
     PYTHONPATH=src python3 bench/loss_parity.py --steps 500 --repeat-a
     PYTHONPATH=src python3 bench/loss_parity.py --b transformer-engine=true,fp8=true --steps 500
+    PYTHONPATH=src python3 bench/loss_parity.py --steps 500 --repeat-a --seeds 1337,2,3
 """
 
 from __future__ import annotations
@@ -35,6 +44,55 @@ def curve_diff(a: list[float], b: list[float]) -> dict:
     diffs = [abs(x - y) for x, y in zip(a, b)]
     tail = diffs[len(diffs) - max(1, len(diffs) // 10):]
     return {"max_abs": max(diffs), "mean_abs": sum(diffs) / len(diffs), "tail_mean_abs": sum(tail) / len(tail)}
+
+
+def last_half_mean(xs: list[float]) -> float:
+    tail = xs[len(xs) // 2:]
+    return sum(tail) / len(tail)
+
+
+def signed_drift(a: list[float], b: list[float]) -> float:
+    """Mean of (b - a) over the last half of the steps: a systematic offset shows here, noise averages out."""
+    return last_half_mean(b) - last_half_mean(a)
+
+
+def mean_and_stderr(xs: list[float]) -> dict:
+    """Mean and standard error (sample std / sqrt(n)); None where there are too few values."""
+    n = len(xs)
+    mean = sum(xs) / n if n else None
+    if n < 2:
+        return {"mean": mean, "stderr": None}
+    var = sum((x - mean) ** 2 for x in xs) / (n - 1)
+    return {"mean": mean, "stderr": (var / n) ** 0.5}
+
+
+def spread(xs: list[float]) -> float | None:
+    return max(xs) - min(xs) if xs else None
+
+
+def parse_seeds(text: str | None) -> list[int]:
+    """--seeds as a list (empty when not given); ValueError with the one-line problem."""
+    from gptforge.train.config import SEED_LIMIT
+
+    if text is None:
+        return []
+    seeds = []
+    for item in text.split(","):
+        try:
+            seed = int(item)
+        except ValueError:
+            raise ValueError(f"{item!r} is not a whole number") from None
+        if not 0 <= seed < SEED_LIMIT:
+            raise ValueError(f"{seed} is outside [0, 2**32)")
+        if seed in seeds:
+            raise ValueError(f"{seed} is given twice")
+        seeds.append(seed)
+    return seeds
+
+
+def sets_seed(keys: list[str]) -> bool:
+    # the trainer's own key normalisation: "--seed", "optim.seed" are "seed" too
+    return any(k.split("=", 1)[0].strip().lstrip("-").rsplit(".", 1)[-1] == "seed" for k in keys)
 
 
 class RunFailed(Exception):
@@ -63,27 +121,87 @@ def fallbacks(runs: dict) -> dict:
     return {name: notes for name, notes in found.items() if notes}
 
 
-def parity(args) -> dict:
-    common = [k.format(batch=args.batch, steps=args.steps, warmup=max(1, args.steps // 10)) for k in RUN_KEYS]
-    work = Path(tempfile.mkdtemp(prefix="gptforge-parity-"))
-    common.append(f"data-cache-dir={work / 'data'}")
-    try:
-        runs = {"a": train_once(args.config, common + args.a, work / "a", args.device),
-                "b": train_once(args.config, common + args.b, work / "b", args.device)}
-        if args.repeat_a:
-            runs["a2"] = train_once(args.config, common + args.a, work / "a2", args.device)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    report = {"config": args.config, "steps": args.steps, "batch": args.batch, "common": common[:-1], "runs": runs,
-              "a_vs_b": curve_diff(runs["a"]["losses"], runs["b"]["losses"]), "fallbacks": fallbacks(runs)}
-    if args.repeat_a:
-        report["a_vs_a"] = curve_diff(runs["a"]["losses"], runs["a2"]["losses"])
+def plan(a: list[str], b: list[str], seeds: list[int], repeat_a: bool) -> list[tuple[str, list[str]]]:
+    """(run name, its own keys) in training order; without seeds the names carry no @S."""
+    plans = []
+    for i, seed in enumerate(seeds or [None]):
+        at, extra = ("", []) if seed is None else (f"@{seed}", [f"seed={seed}"])
+        plans += [("a" + at, a + extra), ("b" + at, b + extra)]
+        if repeat_a and i == 0:
+            plans.append(("a2" + at, a + extra))
+    return plans
+
+
+def seed_rows(seeds: list[int], runs: dict) -> list[dict]:
+    """One row per seed whose A and B both finished."""
+    rows = []
+    for seed in seeds:
+        a, b = runs.get(f"a@{seed}"), runs.get(f"b@{seed}")
+        if a and b:
+            rows.append({"seed": seed, "a_vs_b": curve_diff(a["losses"], b["losses"]),
+                         "drift": signed_drift(a["losses"], b["losses"]),
+                         "val_diff": b["final_val_loss"] - a["final_val_loss"]})
+    return rows
+
+
+def seed_summary(rows: list[dict], runs: dict) -> dict:
+    a_runs = [runs[f"a@{row['seed']}"] for row in rows]
+    return {"n": len(rows), "drift": mean_and_stderr([row["drift"] for row in rows]),
+            "val_diff": mean_and_stderr([row["val_diff"] for row in rows]),
+            "a_spread": {"val": spread([r["final_val_loss"] for r in a_runs]),
+                         "train": spread([last_half_mean(r["losses"]) for r in a_runs])}}
+
+
+def build_report(args, common: list[str], seeds: list[int], runs: dict, complete: bool) -> dict:
+    """The report of the runs finished so far."""
+    report = {"config": args.config, "steps": args.steps, "batch": args.batch, "common": common, "runs": runs,
+              "complete": complete, "fallbacks": fallbacks(runs)}
+    at = f"@{seeds[0]}" if seeds else ""
+    for label, other in (("a_vs_b", "b"), ("a_vs_a", "a2")):
+        if "a" + at in runs and other + at in runs:
+            report[label] = curve_diff(runs["a" + at]["losses"], runs[other + at]["losses"])
+    if seeds:
+        rows = seed_rows(seeds, runs)
+        report.update(seed_list=seeds, seeds=rows, seed_summary=seed_summary(rows, runs))
     return report
 
 
+def progress(name: str, i: int, total: int) -> str:
+    arm, _, seed = name.partition("@")
+    return f"{f'seed {seed}: ' if seed else ''}training {arm} ({i}/{total})"
+
+
+def parity(args, save) -> dict:
+    """Trains the plan, calling save(report) before the first run and after each one; returns the last report."""
+    common = [k.format(batch=args.batch, steps=args.steps, warmup=max(1, args.steps // 10)) for k in RUN_KEYS]
+    seeds = parse_seeds(args.seeds)
+    work = Path(tempfile.mkdtemp(prefix="gptforge-parity-"))
+    cache = f"data-cache-dir={work / 'data'}"
+    plans = plan(args.a, args.b, seeds, args.repeat_a)
+    runs: dict = {}
+    # written before the first run too, so a stale file from an earlier invocation never reads as this one's
+    save(report := build_report(args, common, seeds, runs, complete=False))
+    try:
+        for i, (name, keys) in enumerate(plans, 1):
+            print(progress(name, i, len(plans)), file=sys.stderr, flush=True)
+            runs[name] = train_once(args.config, common + [cache] + keys, work / name, args.device)
+            save(report := build_report(args, common, seeds, runs, complete=i == len(plans)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return report
+
+
+def write_json(path: Path, report: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2))
+    tmp.replace(path)
+
+
 def show(report: dict) -> None:
-    runs = report["runs"]
-    print(f"{report['config']}, {report['steps']} steps of batch {report['batch']}, same seed and data order")
+    runs, seeds = report["runs"], report.get("seed_list")
+    pairing = (f"A and B paired on each of seeds {', '.join(map(str, seeds))} (a vs b, a vs a: seed {seeds[0]})"
+               if seeds else "same seed and data order")
+    print(f"{report['config']}, {report['steps']} steps of batch {report['batch']}, {pairing}")
     for name, run in runs.items():
         print(f"  {name}: {' '.join(run['keys'][len(report['common']) + 1:]) or '(config as is)'}; final train loss "
               f"{run['losses'][-1]:.4f}, final val loss {run['final_val_loss']:.4f}")
@@ -92,6 +210,22 @@ def show(report: dict) -> None:
             d = report[label]
             print(f"  {label.replace('_', ' ')}: max |diff| {d['max_abs']:.4g}, mean {d['mean_abs']:.4g}, "
                   f"mean over the last 10% {d['tail_mean_abs']:.4g}")
+    if seeds:
+        show_seeds(report["seeds"], report["seed_summary"])
+
+
+def num(x: float | None, fmt: str = ".3g") -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def show_seeds(rows: list[dict], summary: dict) -> None:
+    for row in rows:
+        print(f"  seed {row['seed']}: a vs b max |diff| {row['a_vs_b']['max_abs']:.4g}, "
+              f"drift (b-a, last half) {row['drift']:+.3g}, val b-a {row['val_diff']:+.3g}")
+    drift, val, a = summary["drift"], summary["val_diff"], summary["a_spread"]
+    print(f"  across {summary['n']} seeds: drift mean {num(drift['mean'], '+.3g')} ± {num(drift['stderr'])} (s.e.), "
+          f"val b-a mean {num(val['mean'], '+.3g')} ± {num(val['stderr'])}; "
+          f"A's own seed spread: val {num(a['val'])}, train {num(a['train'])}")
 
 
 def parse_args(argv: list[str]):
@@ -104,6 +238,9 @@ def parse_args(argv: list[str]):
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     p.add_argument("--repeat-a", action="store_true", help="train A twice: the run-to-run noise floor")
     p.add_argument("--max-diff", type=float, default=None, help="exit 1 when the A/B max |loss diff| is above this")
+    p.add_argument("--seeds", default=None, metavar="S1,S2,...",
+                   help="comma list of seeds: train the A/B pair once per seed (seed=S) and report the drift of B "
+                        "from A across seeds; --repeat-a and the top-level diffs are the first seed's")
     args = p.parse_args(argv)
     args.a = [k for k in args.a.split(",") if k]
     args.b = [k for k in args.b.split(",") if k]
@@ -117,6 +254,12 @@ def check(args) -> str | None:
 
     if args.steps < 2 or args.batch < 1:
         return "--steps must be >= 2 and --batch >= 1"
+    try:
+        seeds = parse_seeds(args.seeds)
+    except ValueError as err:
+        return f"--seeds: {err}"
+    if seeds and (sets_seed(args.a) or sets_seed(args.b)):
+        return "--seeds sets seed=S on both runs: drop seed from --a and --b"
     try:
         for keys in (args.a, args.b):
             validate(load_config(args.config, keys + [f"train-iters={args.steps}", f"lr-warmup-iters={max(1, args.steps // 10)}",
@@ -133,15 +276,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(os.environ.get("GPTFORGE_BENCH_OUT", "."))
     out.mkdir(parents=True, exist_ok=True)
-    try:
-        report = parity(args)
-    except RunFailed as err:
-        print(f"loss_parity.py: {err}", file=sys.stderr)
-        return 1
     path = out / "loss_parity.json"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2))
-    tmp.replace(path)
+    try:
+        report = parity(args, lambda r: write_json(path, r))
+    except RunFailed as err:
+        print(f"loss_parity.py: {err} (runs finished so far: {path})", file=sys.stderr)
+        return 1
     show(report)
     print(f"JSON: {path}")
     for name, notes in report["fallbacks"].items():

@@ -91,6 +91,54 @@ def test_fp8_loss_and_gradients_follow_the_float32_reference(chunk):
         assert linear_cross_entropy(h, w, t, vocab, chunk, fp8=True).item() == pytest.approx(ours.item(), rel=1e-6)
 
 
+def test_the_targets_term_stays_out_of_fp8_so_the_gradients_keep_its_precision():
+    # near-uniform softmax (loss ~ log V): every row's largest gradient entry is the target's -1 / rows; rounded
+    # to E5M2 it would be off by up to 12.5%, and the gradients by ~2.7% (what this path gave before)
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        h = torch.randn(256, 64, generator=g, dtype=torch.float64).requires_grad_()
+        w = (torch.randn(4000, 64, generator=g, dtype=torch.float64) * 0.2).requires_grad_()
+        t = torch.randint(0, 4000, (256,), generator=g)
+        gh, gw = torch.autograd.grad(F.cross_entropy(h @ w.t(), t), (h, w))
+        hf, wf = h.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+        fh, fw = torch.autograd.grad(linear_cross_entropy(hf, wf, t, 4000, 128, fp8=True), (hf, wf))
+        assert ((fh - gh).norm() / gh.norm()).item() < 0.012
+        assert ((fw - gw).norm() / gw.norm()).item() < 0.012
+
+
+def test_with_bf16_logits_the_loss_is_the_bf16_paths_and_only_the_gradients_are_fp8():
+    h, w, t, vocab = problem(rows=128, hidden=64, vocab=500, padded=512, seed=3)
+    h64, w64 = h.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    gh, gw = torch.autograd.grad(F.cross_entropy((h64 @ w64.t())[:, :vocab], t), (h64, w64))
+    errors = {}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bf16 = linear_cross_entropy(h, w, t, vocab, 64)
+        for fp8_logits in (True, False):
+            loss = linear_cross_entropy(h, w, t, vocab, 64, fp8=True, fp8_logits=fp8_logits)
+            fh, fw = torch.autograd.grad(loss, (h, w))
+            errors[fp8_logits] = max(((fh - gh).norm() / gh.norm()).item(), ((fw - gw).norm() / gw.norm()).item())
+            if not fp8_logits:
+                assert loss.item() == bf16.item()
+                with torch.no_grad():  # evaluation: the bf16 logits too
+                    assert linear_cross_entropy(h, w, t, vocab, 64, fp8=True, fp8_logits=False).item() == bf16.item()
+            else:
+                assert loss.item() != bf16.item()
+    assert errors[False] < errors[True]
+
+
+def test_without_the_one_hot_the_kernel_gives_the_softmax_alone():
+    g = torch.Generator().manual_seed(1)
+    logits = (torch.randn(5, 48, generator=g) * 4).bfloat16()
+    targets = torch.randint(0, 45, (5,), generator=g)
+    loss, soft = xent_torch(logits, targets, 45, GRAD_SCALE, E5M2, one_hot=False)
+    same_loss, full = xent_torch(logits, targets, 45, GRAD_SCALE)
+    torch.testing.assert_close(loss, same_loss)
+    want = torch.softmax(logits.float()[:, :45], dim=1) * GRAD_SCALE
+    assert torch.equal(soft.float()[:, :45], want.to(E5M2).float())
+    assert torch.equal(soft.float()[:, 45:], torch.zeros(5, 3))
+    assert (full.float()[torch.arange(5), targets] < 0).all()  # the default keeps the target's -1
+
+
 def test_shapes_fp8_cannot_take_run_in_the_compute_dtype():
     h, w, t, vocab = problem(rows=40)  # 40 tokens: not a multiple of 16
     plain = linear_cross_entropy(h, w, t, vocab, 40)
@@ -120,6 +168,21 @@ def train(tmp_path, name: str, *keys: str):
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout), proc.stderr
+
+
+@pytest.mark.parametrize("logits, note", [("true", "FP8 output layer: on (E4M3"),
+                                           ("false", "FP8 output layer: on for its two gradient matmuls (bf16 logits")])
+def test_the_trainer_says_which_matmuls_run_in_fp8(monkeypatch, logits, note):
+    from gptforge.model.layers import resolve_backend
+    from gptforge.train import loop
+    from gptforge.train.config import load_config
+
+    monkeypatch.setattr(loop, "fp8_matmul_gpu", lambda device: True)
+    cfg = load_config("gpt2-tiny", ["fused-loss=true", "fp8-output=true", f"fp8-output-logits={logits}",
+                                    "micro-batch-size=16", "seq-length=64"])[0]
+    backend = resolve_backend(loss_chunk=cfg.loss_chunk_tokens)
+    assert loop.fp8_output(cfg, backend, torch.device("cuda"), 8192).startswith(note)
+    assert backend.loss_fp8 and backend.loss_fp8_logits == (logits == "true")
 
 
 def test_the_key_falls_back_with_a_note_where_it_cannot_apply(tmp_path):
@@ -163,15 +226,20 @@ def test_on_gpu_the_kernel_writes_the_e5m2_gradient_torch_would():
     assert (off <= 0.25 * ref.float().abs()).all()  # at most one E5M2 step, where exp() differs in the last bit
     assert (off > 0).float().mean() < 1e-3
     assert grad[:, 50257:].float().abs().max() == 0
+    _, soft = xent_triton(logits, targets, 50257, GRAD_SCALE, E5M2, one_hot=False)
+    _, soft_ref = xent_torch(logits, targets, 50257, GRAD_SCALE, E5M2, one_hot=False)
+    off = (soft.float() - soft_ref.float()).abs()
+    assert (off <= 0.25 * soft_ref.float().abs()).all() and (off > 0).float().mean() < 1e-3
 
 
 @pytest.mark.gpu
 @fp8_gpu
-def test_on_gpu_training_with_the_fp8_output_layer_lands_where_bf16_does(tmp_path):
+@pytest.mark.parametrize("logits", ["true", "false"])
+def test_on_gpu_training_with_the_fp8_output_layer_lands_where_bf16_does(tmp_path, logits):
     run = ("--device", "cuda", "precision=bf16", "compile=true", "fused-loss=true", "train-iters=60",
            "save-interval=60", "eval-interval=60")
     reference, _ = train(tmp_path, "bf16", *run)
-    summary, log = train(tmp_path, "fp8", *run, "fp8-output=true")
+    summary, log = train(tmp_path, "fp8", *run, "fp8-output=true", f"fp8-output-logits={logits}")
     assert "FP8 output layer: on" in log
     assert summary["final_val_loss"] < summary["first_val_loss"] - 0.5  # it learned
     assert summary["final_val_loss"] == pytest.approx(reference["final_val_loss"], abs=0.1)

@@ -50,3 +50,78 @@ def test_bad_key_exits_2_before_training(capsys):
     assert loss_parity.main(["--b", "fused-loss=maybe", "--steps", "10"]) == 2
     err = capsys.readouterr().err
     assert "fused-loss must be bool" in err and len(err.strip().splitlines()) == 1
+
+
+def test_signed_drift_is_the_mean_b_minus_a_over_the_last_half():
+    a = [5.0, 4.0, 3.0, 2.0]
+    assert loss_parity.signed_drift(a, [9.0, 9.0, 3.5, 2.5]) == pytest.approx(0.5)  # the first half is ignored
+    assert loss_parity.signed_drift(a, [5.0, 4.0, 2.0, 1.0]) == pytest.approx(-1.0)  # signed
+    assert loss_parity.signed_drift(a, [5.0, 4.0, 3.1, 1.9]) == pytest.approx(0.0)  # noise cancels, |diff| would not
+
+
+def test_mean_and_stderr():
+    assert loss_parity.mean_and_stderr([1.0, 2.0, 3.0]) == {"mean": 2.0, "stderr": pytest.approx(1 / 3 ** 0.5)}
+    assert loss_parity.mean_and_stderr([0.25]) == {"mean": 0.25, "stderr": None}
+    assert loss_parity.mean_and_stderr([]) == {"mean": None, "stderr": None}
+
+
+def test_the_plan_pairs_a_and_b_per_seed_and_repeats_a_of_the_first_only():
+    plans = loss_parity.plan(["x=1"], ["x=2"], [7, 3], repeat_a=True)
+    assert plans == [("a@7", ["x=1", "seed=7"]), ("b@7", ["x=2", "seed=7"]), ("a2@7", ["x=1", "seed=7"]),
+                     ("a@3", ["x=1", "seed=3"]), ("b@3", ["x=2", "seed=3"])]
+    assert loss_parity.plan(["x=1"], ["x=2"], [], repeat_a=False) == [("a", ["x=1"]), ("b", ["x=2"])]
+
+
+@pytest.mark.parametrize("seeds, problem", [("1,x", "'x' is not a whole number"), ("1,-2", "-2 is outside [0, 2**32)"),
+                                            (str(2**32), f"{2**32} is outside [0, 2**32)"), ("3,3", "3 is given twice")])
+def test_bad_seeds_exit_2_before_training(capsys, monkeypatch, seeds, problem):
+    monkeypatch.setattr(loss_parity, "train_once", None)  # any training would raise
+    assert loss_parity.main(["--config", "gpt2-tiny", "--seeds", seeds]) == 2
+    err = capsys.readouterr().err
+    assert f"--seeds: {problem}" in err and len(err.strip().splitlines()) == 1
+
+
+def test_seeds_with_a_seed_key_in_a_or_b_exit_2(capsys):
+    assert loss_parity.main(["--config", "gpt2-tiny", "--seeds", "1,2", "--b", "fused-loss=true,seed=5"]) == 2
+    assert "drop seed from --a and --b" in capsys.readouterr().err
+
+
+def fake_run(loss: float) -> dict:
+    return {"keys": [], "losses": [loss + 1.0, loss], "final_val_loss": loss, "notes": []}
+
+
+def test_a_failed_run_exits_1_and_keeps_the_finished_seeds(tmp_path, monkeypatch, capsys):
+    done = iter([fake_run(3.0), fake_run(3.5), fake_run(2.0)])
+
+    def train_once(config, keys, run_dir, device):
+        if "seed=3" in keys and "fused-loss=true" in keys:
+            raise loss_parity.RunFailed("the run with seed=3 exited 137: Killed")
+        return next(done)
+
+    monkeypatch.setattr(loss_parity, "train_once", train_once)
+    monkeypatch.setenv("GPTFORGE_BENCH_OUT", str(tmp_path))
+    assert loss_parity.main(["--config", "gpt2-tiny", "--seeds", "1,3", "--steps", "2", "--batch", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "seed 3: training b (4/4)" in err and "exited 137: Killed" in err.strip().splitlines()[-1]
+    report = json.loads((tmp_path / "loss_parity.json").read_text())
+    assert report["complete"] is False and list(report["runs"]) == ["a@1", "b@1", "a@3"]
+    assert [row["seed"] for row in report["seeds"]] == [1]
+    assert report["seeds"][0]["val_diff"] == pytest.approx(0.5) and report["a_vs_b"]["max_abs"] == pytest.approx(0.5)
+    assert report["seed_summary"]["n"] == 1 and report["seed_summary"]["drift"]["stderr"] is None
+
+
+def test_seeds_pair_a_and_b_per_seed_on_cpu(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--config", "gpt2-tiny", "--steps", "3", "--batch", "2",
+                           "--device", "cpu", "--seeds", "1,2"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "GPTFORGE_BENCH_OUT": str(tmp_path)}, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "loss_parity.json").read_text())
+    runs = report["runs"]
+    assert list(runs) == ["a@1", "b@1", "a@2", "b@2"] and report["complete"] is True
+    assert [row["seed"] for row in report["seeds"]] == [1, 2]
+    assert runs["a@1"]["losses"] != runs["a@2"]["losses"]  # the seed reached the trainer
+    assert report["a_vs_b"] == report["seeds"][0]["a_vs_b"]
+    summary = report["seed_summary"]
+    assert summary["n"] == 2 and summary["drift"]["stderr"] is not None and summary["a_spread"]["val"] > 0
+    assert "seed 2: training b (4/4)" in proc.stderr
+    assert "seed 2: a vs b max |diff|" in proc.stdout and "across 2 seeds: drift mean" in proc.stdout

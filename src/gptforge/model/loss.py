@@ -10,21 +10,27 @@ loss and gradients agree with the reference to the compute dtype's rounding. Eac
 and logits gradient come from the op ``gptforge::xent`` (a Triton kernel on CUDA; model/xent.py).
 
 With fp8=True the three matmuls run in FP8 (model/scaled_mm.py): h and W in E4M3, each scaled to its
-own amax; the logits gradient written by the kernel straight into E5M2 at a fixed scale (its entries
-are (softmax - one_hot) / rows, so |entry| * rows <= 1); the logits and the gradient w.r.t. h come
-out in the compute dtype, the gradient w.r.t. W in float32. That changes the numerics (see
-BENCHMARKS.md for its loss parity); it applies where every dimension is a multiple of 16.
+own amax; the softmax part of the logits gradient written by the kernel straight into E5M2 at a fixed
+scale (its entries are softmax / rows, so entry * rows <= 1). The target's -1 / rows, the largest entry
+of most rows and the one E5M2's two mantissa bits would round by up to 12.5%, stays out of the FP8
+tensor: its products, -W[target] / rows for h and -h / rows for W's target rows, are added exactly. The
+logits and the gradient w.r.t. h come out in the compute dtype, the gradient w.r.t. W in float32. With
+fp8_logits=False the logits matmul stays in the compute dtype (the loss and softmax are the bf16 path's)
+and only the two gradient matmuls run in FP8. That changes the numerics (see BENCHMARKS.md for its loss
+parity); it applies where every dimension is a multiple of 16.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import torch
 
 from gptforge.model.scaled_mm import E5M2, column_major, fits, scaled_mm, to_e4m3
 from gptforge.model.xent import loss_per_row, xent
 
-# The E5M2 logits gradient holds (softmax - one_hot) * GRAD_SCALE: within E5M2's range (57344), and
-# probabilities down to 2^-31 stay above its smallest step (2^-16).
+# The E5M2 logits gradient holds softmax * GRAD_SCALE: within E5M2's range (57344), and probabilities
+# down to 2^-31 stay above its smallest step (2^-16).
 GRAD_SCALE = 2.0 ** 15
 
 
@@ -37,9 +43,9 @@ def compute_dtype(t: torch.Tensor) -> torch.dtype:
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, weight, targets, vocab_size: int, chunk: int, dtype: torch.dtype, fp8: bool):
+    def forward(ctx, h, weight, targets, vocab_size: int, chunk: int, dtype: torch.dtype, fp8: bool, fp8_logits: bool):
         grad_h = torch.empty(h.shape, dtype=dtype, device=h.device)
-        chunks = _fp8_chunks if fp8 else _bf16_chunks
+        chunks = partial(_fp8_chunks, fp8_logits=fp8_logits) if fp8 else _bf16_chunks
         loss, grad_w = chunks(h, weight, targets, vocab_size, chunk, dtype, grad_h)
         ctx.save_for_backward(grad_h, grad_w)
         ctx.dtypes = (h.dtype, weight.dtype)
@@ -49,7 +55,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss):
         grad_h, grad_w = ctx.saved_tensors
         h_dtype, w_dtype = ctx.dtypes
-        return (grad_h * grad_loss).to(h_dtype), (grad_w * grad_loss).to(w_dtype), None, None, None, None, None
+        return (grad_h * grad_loss).to(h_dtype), (grad_w * grad_loss).to(w_dtype), None, None, None, None, None, None
 
 
 def _accumulate(total: torch.Tensor | None, part: torch.Tensor) -> torch.Tensor:
@@ -74,9 +80,11 @@ def _bf16_chunks(h, weight, targets, vocab_size, chunk, dtype, grad_h) -> tuple[
     return loss, grad_w
 
 
-def _fp8_chunks(h, weight, targets, vocab_size, chunk, dtype, grad_h) -> tuple[torch.Tensor, torch.Tensor]:
-    """As _bf16_chunks, with the three matmuls in FP8 (the gradient w.r.t. weight in float32)."""
+def _fp8_chunks(h, weight, targets, vocab_size, chunk, dtype, grad_h, fp8_logits: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """As _bf16_chunks, with the two gradient matmuls in FP8 (the gradient w.r.t. weight in float32), and the
+    logits matmul too where FP8_LOGITS."""
     rows = h.shape[0]
+    w = None if fp8_logits else weight.to(dtype)
     h8, inv_h = to_e4m3(h)
     w8, inv_w = to_e4m3(weight)
     w8_cols = column_major(w8)  # W as the column-major B of grad_h = grad @ W
@@ -84,16 +92,20 @@ def _fp8_chunks(h, weight, targets, vocab_size, chunk, dtype, grad_h) -> tuple[t
     loss, grad_w = torch.zeros((), dtype=torch.float32, device=h.device), None
     for start in range(0, rows, chunk):
         hc8, tc = h8[start:start + chunk], targets[start:start + chunk]
-        loss_rows, g8 = xent(scaled_mm(hc8, w8.t(), inv_h, inv_w, dtype), tc, vocab_size, GRAD_SCALE, E5M2)
+        logits = scaled_mm(hc8, w8.t(), inv_h, inv_w, dtype) if w is None else h[start:start + chunk].to(dtype) @ w.t()
+        loss_rows, p8 = xent(logits, tc, vocab_size, GRAD_SCALE, E5M2, one_hot=False)
         loss = loss + loss_rows.sum()
-        grad_h[start:start + chunk] = scaled_mm(g8, w8_cols, inv_g, inv_w, dtype)
-        # grad_w = grad^T @ h, contracting over tokens: cuBLAS wants them contiguous in both operands, so
-        # grad^T row-major and h column-major; the product comes out in grad_w's own layout
-        grad_w = _accumulate(grad_w, scaled_mm(g8.t().contiguous(), column_major(hc8), inv_g, inv_h, torch.float32))
+        grad_h[start:start + chunk] = scaled_mm(p8, w8_cols, inv_g, inv_w, torch.float32).sub_(
+            weight[tc].float(), alpha=1.0 / rows)
+        # softmax^T @ h, contracting over tokens: cuBLAS wants them contiguous in both operands, so
+        # softmax^T row-major and h column-major; the product comes out in grad_w's own layout
+        grad_w = _accumulate(grad_w, scaled_mm(p8.t().contiguous(), column_major(hc8), inv_g, inv_h, torch.float32))
+        grad_w.index_add_(0, tc, h[start:start + chunk].float(), alpha=-1.0 / rows)
     return loss, grad_w
 
 
 def _loss_only(h, weight, targets, vocab_size: int, chunk: int, dtype: torch.dtype, fp8: bool) -> torch.Tensor:
+    """The mean loss without gradients; FP8: the logits matmul in FP8."""
     if fp8:
         h8, inv_h = to_e4m3(h)
         w8, inv_w = to_e4m3(weight)
@@ -113,15 +125,15 @@ def fp8_fits(rows: int, chunk: int, hidden: int, padded_vocab: int) -> bool:
 
 
 def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int,
-                         chunk: int, fp8: bool = False) -> torch.Tensor:
+                         chunk: int, fp8: bool = False, fp8_logits: bool = True) -> torch.Tensor:
     """Mean cross-entropy of softmax((h @ weight^T)[:, :vocab_size]) against targets.
 
     h: (N, C) final hidden states, weight: (V_padded, C) output matrix, targets: (N,) token ids,
-    chunk: tokens per chunk, fp8: the matmuls in FP8 where the shapes allow it. Gradients flow to h and
-    weight as through the reference.
+    chunk: tokens per chunk, fp8: the matmuls in FP8 where the shapes allow it (fp8_logits=False: only the two
+    gradient matmuls). Gradients flow to h and weight as through the reference.
     """
     dtype = compute_dtype(h)
     fp8 = fp8 and fp8_fits(h.shape[0], chunk, weight.shape[1], weight.shape[0])
     if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
-        return _LinearCrossEntropy.apply(h, weight, targets, vocab_size, chunk, dtype, fp8)
-    return _loss_only(h, weight, targets, vocab_size, chunk, dtype, fp8)
+        return _LinearCrossEntropy.apply(h, weight, targets, vocab_size, chunk, dtype, fp8, fp8_logits)
+    return _loss_only(h, weight, targets, vocab_size, chunk, dtype, fp8 and fp8_logits)

@@ -129,6 +129,7 @@ class TrainConfig:
     attention_backend: str
     fused_loss: bool
     fp8_output: bool
+    fp8_output_logits: bool
     loss_chunk_tokens: int
     gelu_epilogue: bool
     bf16_residual: bool

@@ -121,7 +121,9 @@ def fp8_output(cfg: TrainConfig, backend: LayerBackend, device: torch.device, pa
     if not fp8_fits(tokens, backend.loss_chunk, cfg.hidden_size, padded_vocab):
         return (f"FP8 output layer asked for but tokens per micro batch ({tokens}), loss-chunk-tokens, hidden-size "
                 f"and the padded vocabulary ({padded_vocab}) must be multiples of 16: bf16/fp16 output layer")
-    backend.loss_fp8 = True
+    backend.loss_fp8, backend.loss_fp8_logits = True, cfg.fp8_output_logits
+    if not cfg.fp8_output_logits:
+        return "FP8 output layer: on for its two gradient matmuls (bf16 logits; E4M3 hidden states and weights, E5M2 softmax)"
     return "FP8 output layer: on (E4M3 hidden states and weights, E5M2 logits gradient)"
 
 
