@@ -44,7 +44,7 @@ def pieces(h, w, t, vocab: int) -> dict:
     _, g = xent(logits, t, vocab, 1.0 / h.shape[0])
     h8, sh = to_e4m3(hb)
     w8, sw = to_e4m3(wb)
-    _, g8 = xent(logits, t, vocab, GRAD_SCALE, E5M2, one_hot=False)
+    _, g8 = xent(logits, t, vocab, GRAD_SCALE, E5M2, target_column=False)
     grad_w = torch.zeros(w.shape, device=w.device)
     sg = sh.new_tensor(1.0 / (h.shape[0] * GRAD_SCALE))
     w8_cols, g8_t, h8_cols = column_major(w8), g8.t().contiguous(), column_major(h8)
@@ -57,9 +57,9 @@ def pieces(h, w, t, vocab: int) -> dict:
         "GEMM grad W, bf16": lambda: g.t() @ hb,
         "GEMM grad W, FP8 (fp32 out)": lambda: scaled_mm(g8_t, h8_cols, sg, sh, torch.float32),
         "xent, bf16 gradient": lambda: xent(logits, t, vocab, 1.0 / h.shape[0]),
-        "xent, E5M2 gradient (softmax alone)": lambda: xent(logits, t, vocab, GRAD_SCALE, E5M2, one_hot=False),
+        "xent, E5M2 gradient (target column 0)": lambda: xent(logits, t, vocab, GRAD_SCALE, E5M2, target_column=False),
         "the target's term, exact (W rows gathered, h added into grad W)":
-            lambda: (w.detach()[t].float(), grad_w.index_add_(0, t, h.detach().float(), alpha=-1.0)),
+            lambda: (w.detach()[t].float() * sg, grad_w.index_add_(0, t, h.detach().float() * sg)),
         "E5M2 gradient transposed, eager": lambda: g8.t().contiguous(),
         "E5M2 gradient transposed, compiled": lambda: transpose(g8),
         "casts of h and W to E4M3": lambda: (to_e4m3(hb), to_e4m3(wb)),

@@ -10,10 +10,12 @@ loss and gradients agree with the reference to the compute dtype's rounding. Eac
 and logits gradient come from the op ``gptforge::xent`` (a Triton kernel on CUDA; model/xent.py).
 
 With fp8=True the three matmuls run in FP8 (model/scaled_mm.py): h and W in E4M3, each scaled to its
-own amax; the softmax part of the logits gradient written by the kernel straight into E5M2 at a fixed
-scale (its entries are softmax / rows, so entry * rows <= 1). The target's -1 / rows, the largest entry
-of most rows and the one E5M2's two mantissa bits would round by up to 12.5%, stays out of the FP8
-tensor: its products, -W[target] / rows for h and -h / rows for W's target rows, are added exactly. The
+own amax; the logits gradient written by the kernel straight into E5M2 at a fixed scale (its entries are
+softmax / rows, so entry * rows <= 1) for every column but the target's. The target's entry,
+(softmax[target] - 1) / rows, is the largest of most rows and the one whose rounding matters most (E5M2
+has two mantissa bits, and once the model is confident softmax[target] - 1 is a small difference of
+large numbers); it stays out of the FP8 tensor and its products, that entry times W[target] for h and
+times h for W's target row, are added in float32 from the exact softmax[target] = exp(-loss). The
 logits and the gradient w.r.t. h come out in the compute dtype, the gradient w.r.t. W in float32. With
 fp8_logits=False the logits matmul stays in the compute dtype (the loss and softmax are the bf16 path's)
 and only the two gradient matmuls run in FP8. That changes the numerics (see BENCHMARKS.md for its loss
@@ -29,8 +31,8 @@ import torch
 from gptforge.model.scaled_mm import E5M2, column_major, fits, scaled_mm, to_e4m3
 from gptforge.model.xent import loss_per_row, xent
 
-# The E5M2 logits gradient holds softmax * GRAD_SCALE: within E5M2's range (57344), and probabilities
-# down to 2^-31 stay above its smallest step (2^-16).
+# The E5M2 logits gradient holds softmax * GRAD_SCALE (the target's column 0): within E5M2's range (57344),
+# and probabilities down to 2^-31 stay above its smallest step (2^-16).
 GRAD_SCALE = 2.0 ** 15
 
 
@@ -93,14 +95,15 @@ def _fp8_chunks(h, weight, targets, vocab_size, chunk, dtype, grad_h, fp8_logits
     for start in range(0, rows, chunk):
         hc8, tc = h8[start:start + chunk], targets[start:start + chunk]
         logits = scaled_mm(hc8, w8.t(), inv_h, inv_w, dtype) if w is None else h[start:start + chunk].to(dtype) @ w.t()
-        loss_rows, p8 = xent(logits, tc, vocab_size, GRAD_SCALE, E5M2, one_hot=False)
+        loss_rows, p8 = xent(logits, tc, vocab_size, GRAD_SCALE, E5M2, target_column=False)
         loss = loss + loss_rows.sum()
-        grad_h[start:start + chunk] = scaled_mm(p8, w8_cols, inv_g, inv_w, torch.float32).sub_(
-            weight[tc].float(), alpha=1.0 / rows)
+        target_entry = ((torch.exp(-loss_rows) - 1.0) / rows)[:, None]  # (softmax[target] - 1) / rows, float32
+        grad_h[start:start + chunk] = scaled_mm(p8, w8_cols, inv_g, inv_w, torch.float32).add_(
+            weight[tc].float() * target_entry)
         # softmax^T @ h, contracting over tokens: cuBLAS wants them contiguous in both operands, so
         # softmax^T row-major and h column-major; the product comes out in grad_w's own layout
         grad_w = _accumulate(grad_w, scaled_mm(p8.t().contiguous(), column_major(hc8), inv_g, inv_h, torch.float32))
-        grad_w.index_add_(0, tc, h[start:start + chunk].float(), alpha=-1.0 / rows)
+        grad_w.index_add_(0, tc, h[start:start + chunk].float() * target_entry)
     return loss, grad_w
 
 

@@ -4,7 +4,8 @@ For logits (N, W) (W the padded vocabulary; columns >= vocab_size stand for no t
 loss[i] = logsumexp(logits[i, :vocab_size]) - logits[i, target[i]], both in float32, and
 grad[i] = (softmax(logits[i, :vocab_size]) - one_hot(target[i])) * scale in the logits' dtype, 0 on the
 padded columns (or in GRAD_DTYPE: float8_e5m2 for the FP8 output layer, scale chosen to fit; with
-one_hot=False the softmax alone, for a caller that adds the target's term itself). On CUDA a
+target_column=False the target's column is 0, for a caller that adds the target's whole term, softmax - 1,
+itself: exp(-loss[i]) is the target's softmax). On CUDA a
 Triton kernel makes both while reading each row twice (the second read partly from L2) and writing the
 gradient once; the float32 copy of the logits the reference softmax makes never exists. Elsewhere the
 same function runs as torch ops. As a registered op it is opaque to torch.compile.
@@ -31,7 +32,7 @@ def _kernel():
         return None
 
     @triton.jit
-    def xent_rows(logits_ptr, grad_ptr, targets_ptr, loss_ptr, row_stride, width, vocab_size, scale, hot,
+    def xent_rows(logits_ptr, grad_ptr, targets_ptr, loss_ptr, row_stride, width, vocab_size, scale, keep,
                   BLOCK: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         logits_row = logits_ptr + row * row_stride
@@ -56,7 +57,7 @@ def _kernel():
             cols = start + tl.arange(0, BLOCK)
             x = tl.load(logits_row + cols, mask=cols < vocab_size, other=float("-inf")).to(tl.float32)
             p = tl.exp(x - lse)
-            p = tl.where(cols == target, p - hot, p)
+            p = tl.where(cols == target, (p - 1.0) * keep, p)
             tl.store(grad_row + cols, (p * scale).to(grad_ptr.dtype.element_ty), mask=cols < width)
 
     return xent_rows
@@ -67,7 +68,7 @@ def triton_available() -> bool:
 
 
 def xent_triton(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, scale: float,
-                grad_dtype: torch.dtype | None = None, one_hot: bool = True):
+                grad_dtype: torch.dtype | None = None, target_column: bool = True):
     """(loss per row, gradient) by the Triton kernel; logits rows must be unit-stride."""
     rows, width = logits.shape
     loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
@@ -75,7 +76,7 @@ def xent_triton(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, sc
     if rows:
         block, warps = CONFIGS[grad.element_size()]
         _kernel()[(rows,)](logits, grad, targets, loss, logits.stride(0), width, vocab_size, scale,
-                           float(one_hot), BLOCK=block, num_warps=warps)
+                           float(target_column), BLOCK=block, num_warps=warps)
     return loss, grad
 
 
@@ -98,29 +99,29 @@ def loss_per_row(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int) -
 
 
 def xent_torch(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, scale: float,
-               grad_dtype: torch.dtype | None = None, one_hot: bool = True):
+               grad_dtype: torch.dtype | None = None, target_column: bool = True):
     """(loss per row, gradient) as torch ops: the reference the kernel is tested against."""
     wide = _cut_wide(logits, vocab_size)
     lse, loss = _lse_and_loss(wide, targets)
     loss = loss.float()
     grad = torch.exp(wide - lse[:, None])
-    if one_hot:
-        grad.scatter_add_(1, targets[:, None], torch.full_like(lse[:, None], -1.0))
+    rows = torch.arange(grad.shape[0], device=grad.device)
+    grad[rows, targets] = (grad[rows, targets] - 1.0) * float(target_column)
     return loss, (grad * scale).to(grad_dtype or logits.dtype)
 
 
 @torch.library.custom_op("gptforge::xent", mutates_args=())
 def xent(logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, scale: float,
-         grad_dtype: torch.dtype | None = None, one_hot: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+         grad_dtype: torch.dtype | None = None, target_column: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row loss (float32) and scale x its gradient w.r.t. the logits (in GRAD_DTYPE, default the logits';
-    without the target's -1 when ONE_HOT is False)."""
+    0 in the target's column when TARGET_COLUMN is False)."""
     if logits.is_cuda and logits.stride(1) == 1 and triton_available():
-        return xent_triton(logits, targets.contiguous(), vocab_size, scale, grad_dtype, one_hot)
-    return xent_torch(logits, targets, vocab_size, scale, grad_dtype, one_hot)
+        return xent_triton(logits, targets.contiguous(), vocab_size, scale, grad_dtype, target_column)
+    return xent_torch(logits, targets, vocab_size, scale, grad_dtype, target_column)
 
 
 @xent.register_fake
-def _(logits, targets, vocab_size, scale, grad_dtype=None, one_hot=True):
+def _(logits, targets, vocab_size, scale, grad_dtype=None, target_column=True):
     return (logits.new_empty(logits.shape[0], dtype=torch.float32),
             torch.empty_like(logits, dtype=grad_dtype or logits.dtype, memory_format=torch.contiguous_format))
 
