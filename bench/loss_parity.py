@@ -7,7 +7,7 @@ Reports the max and mean absolute difference of the per-step training losses (an
 of steps, where a drift would show), the final validation losses, and with --repeat-a the same figures
 for A against a second run of A: the run-to-run noise floor (GPU kernels with atomics are not
 bit-reproducible), against which the A/B difference is to be read. --max-diff exits 1 when the A/B max
-difference is above it; a run whose keys could not apply (the trainer's "asked for but" notes: a library
+difference is above it (--max-drift: any seed's |drift|, with --seeds); a run whose keys could not apply (the trainer's "asked for but" notes: a library
 missing, a GPU without FP8) also exits 1 and says which. JSON: $GPTFORGE_BENCH_OUT/loss_parity.json (or ./loss_parity.json),
 rewritten after every run ("complete": false until the last), so a run cut short keeps what finished.
 
@@ -238,6 +238,8 @@ def parse_args(argv: list[str]):
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     p.add_argument("--repeat-a", action="store_true", help="train A twice: the run-to-run noise floor")
     p.add_argument("--max-diff", type=float, default=None, help="exit 1 when the A/B max |loss diff| is above this")
+    p.add_argument("--max-drift", type=float, default=None,
+                   help="with --seeds: exit 1 when any seed's |drift| (mean B - A over the last half) is above this")
     p.add_argument("--seeds", default=None, metavar="S1,S2,...",
                    help="comma list of seeds: train the A/B pair once per seed (seed=S) and report the drift of B "
                         "from A across seeds; --repeat-a and the top-level diffs are the first seed's")
@@ -260,6 +262,8 @@ def check(args) -> str | None:
         return f"--seeds: {err}"
     if seeds and (sets_seed(args.a) or sets_seed(args.b)):
         return "--seeds sets seed=S on both runs: drop seed from --a and --b"
+    if args.max_drift is not None and not seeds:
+        return "--max-drift reads the per-seed drift: give --seeds too"
     try:
         for keys in (args.a, args.b):
             validate(load_config(args.config, keys + [f"train-iters={args.steps}", f"lr-warmup-iters={max(1, args.steps // 10)}",
@@ -291,7 +295,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_diff is not None and report["a_vs_b"]["max_abs"] > args.max_diff:
         print(f"A/B max |loss diff| {report['a_vs_b']['max_abs']:.4g} is above --max-diff {args.max_diff}")
         return 1
+    if args.max_drift is not None and (over := drifts_over(report["seeds"], args.max_drift)):
+        print(f"drift above --max-drift {args.max_drift}: " + ", ".join(f"seed {s} {d:+.4g}" for s, d in over))
+        return 1
     return 0
+
+
+def drifts_over(rows: list[dict], limit: float) -> list[tuple[int, float]]:
+    """(seed, drift) of every seed whose |drift| is above LIMIT."""
+    return [(row["seed"], row["drift"]) for row in rows if abs(row["drift"]) > limit]
 
 
 if __name__ == "__main__":

@@ -125,3 +125,18 @@ def test_seeds_pair_a_and_b_per_seed_on_cpu(tmp_path):
     assert summary["n"] == 2 and summary["drift"]["stderr"] is not None and summary["a_spread"]["val"] > 0
     assert "seed 2: training b (4/4)" in proc.stderr
     assert "seed 2: a vs b max |diff|" in proc.stdout and "across 2 seeds: drift mean" in proc.stdout
+
+
+def test_max_drift_fails_the_seeds_whose_drift_is_above_it(tmp_path, monkeypatch, capsys):
+    runs = iter([fake_run(3.0), fake_run(3.004), fake_run(3.0), fake_run(3.05)])  # seed 1 +0.004, seed 2 +0.05
+    monkeypatch.setattr(loss_parity, "train_once", lambda config, keys, run_dir, device: next(runs))
+    monkeypatch.setenv("GPTFORGE_BENCH_OUT", str(tmp_path))
+    args = ["--config", "gpt2-tiny", "--seeds", "1,2", "--steps", "2", "--batch", "2", "--max-drift", "0.01"]
+    assert loss_parity.main(args) == 1
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "drift above --max-drift 0.01: seed 2 +0.05"
+    assert loss_parity.drifts_over([{"seed": 1, "drift": -0.02}, {"seed": 2, "drift": 0.005}], 0.01) == [(1, -0.02)]
+
+
+def test_max_drift_without_seeds_exits_2(capsys):
+    assert loss_parity.main(["--config", "gpt2-tiny", "--max-drift", "0.01"]) == 2
+    assert "give --seeds too" in capsys.readouterr().err
