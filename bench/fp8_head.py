@@ -58,7 +58,7 @@ def pieces(h, w, t, vocab: int) -> dict:
         "GEMM grad W, FP8 (fp32 out)": lambda: scaled_mm(g8_t, h8_cols, sg, sh, torch.float32),
         "xent, bf16 gradient": lambda: xent(logits, t, vocab, 1.0 / h.shape[0]),
         "xent, E5M2 gradient (target column 0)": lambda: xent(logits, t, vocab, GRAD_SCALE, E5M2, target_column=False),
-        "the target's term, exact (W rows gathered, h added into grad W)":
+        "the target's entry, exact (W rows gathered, h rows added into grad W)":
             lambda: (w.detach()[t].float() * sg, grad_w.index_add_(0, t, h.detach().float() * sg)),
         "E5M2 gradient transposed, eager": lambda: g8.t().contiguous(),
         "E5M2 gradient transposed, compiled": lambda: transpose(g8),

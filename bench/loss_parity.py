@@ -71,8 +71,9 @@ def spread(xs: list[float]) -> float | None:
 
 
 def parse_seeds(text: str | None) -> list[int]:
-    """--seeds as a list (empty when not given); ValueError with the one-line problem."""
-    from gptforge.train.config import SEED_LIMIT
+    """--seeds as a list (empty when not given); UsageError with the one-line problem."""
+    from gptforge.errors import UsageError
+    from gptforge.train.config import check_seed
 
     if text is None:
         return []
@@ -81,18 +82,19 @@ def parse_seeds(text: str | None) -> list[int]:
         try:
             seed = int(item)
         except ValueError:
-            raise ValueError(f"{item!r} is not a whole number") from None
-        if not 0 <= seed < SEED_LIMIT:
-            raise ValueError(f"{seed} is outside [0, 2**32)")
+            raise UsageError("--seeds", f"{item!r} is not a whole number") from None
+        check_seed(seed, "--seeds")
         if seed in seeds:
-            raise ValueError(f"{seed} is given twice")
+            raise UsageError("--seeds", f"{seed} is given twice")
         seeds.append(seed)
     return seeds
 
 
 def sets_seed(keys: list[str]) -> bool:
-    # the trainer's own key normalisation: "--seed", "optim.seed" are "seed" too
-    return any(k.split("=", 1)[0].strip().lstrip("-").rsplit(".", 1)[-1] == "seed" for k in keys)
+    """Whether KEYS (already valid) set the seed, as the trainer reads them ("optim.seed" is "seed" too)."""
+    from gptforge.train.config import parse_override
+
+    return any(parse_override(k)[0] == "seed" for k in keys)
 
 
 class RunFailed(Exception):
@@ -191,12 +193,6 @@ def parity(args, save) -> dict:
     return report
 
 
-def write_json(path: Path, report: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2))
-    tmp.replace(path)
-
-
 def show(report: dict) -> None:
     runs, seeds = report["runs"], report.get("seed_list")
     pairing = (f"A and B paired on each of seeds {', '.join(map(str, seeds))} (a vs b, a vs a: seed {seeds[0]})"
@@ -258,22 +254,21 @@ def check(args) -> str | None:
         return "--steps must be >= 2 and --batch >= 1"
     try:
         seeds = parse_seeds(args.seeds)
-    except ValueError as err:
-        return f"--seeds: {err}"
-    if seeds and (sets_seed(args.a) or sets_seed(args.b)):
-        return "--seeds sets seed=S on both runs: drop seed from --a and --b"
-    if args.max_drift is not None and not seeds:
-        return "--max-drift reads the per-seed drift: give --seeds too"
-    try:
         for keys in (args.a, args.b):
             validate(load_config(args.config, keys + [f"train-iters={args.steps}", f"lr-warmup-iters={max(1, args.steps // 10)}",
                                                       f"micro-batch-size={args.batch}", f"global-batch-size={args.batch}"])[0])
     except UsageError as err:
         return err.one_line()
+    if seeds and (sets_seed(args.a) or sets_seed(args.b)):
+        return "--seeds sets seed=S on both runs: drop seed from --a and --b"
+    if args.max_drift is not None and not seeds:
+        return "--max-drift reads the per-seed drift: give --seeds too"
     return None
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gptforge.storage import write_atomic
+
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if problem := check(args):
         print(f"loss_parity.py: {problem}", file=sys.stderr)
@@ -282,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "loss_parity.json"
     try:
-        report = parity(args, lambda r: write_json(path, r))
+        report = parity(args, lambda r: write_atomic(path, json.dumps(r, indent=2).encode()))
     except RunFailed as err:
         print(f"loss_parity.py: {err} (runs finished so far: {path})", file=sys.stderr)
         return 1

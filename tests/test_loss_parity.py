@@ -15,10 +15,15 @@ sys.path.insert(0, str(SCRIPT.parent))
 import loss_parity  # noqa: E402
 
 
-def test_fused_loss_trains_the_reference_curve_on_cpu(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--config", "gpt2-tiny", "--steps", "8", "--batch", "4",
-                           "--device", "cpu", "--max-diff", "1e-4"], capture_output=True, text=True, cwd=tmp_path,
+def run_script(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """The script on the CPU with gpt2-tiny, its JSON (and the corpus cache) under TMP_PATH."""
+    return subprocess.run([sys.executable, str(SCRIPT), "--config", "gpt2-tiny", "--device", "cpu", *args],
+                          capture_output=True, text=True, cwd=tmp_path,
                           env={**os.environ, "GPTFORGE_BENCH_OUT": str(tmp_path)}, timeout=600)
+
+
+def test_fused_loss_trains_the_reference_curve_on_cpu(tmp_path):
+    proc = run_script(tmp_path, "--steps", "8", "--batch", "4", "--max-diff", "1e-4")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "loss_parity.json").read_text())
     a, b = report["runs"]["a"], report["runs"]["b"]
@@ -31,10 +36,7 @@ def test_fused_loss_trains_the_reference_curve_on_cpu(tmp_path):
 
 
 def test_a_run_whose_keys_could_not_apply_fails_the_comparison(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--config", "gpt2-tiny", "--steps", "2", "--batch", "2",
-                           "--device", "cpu", "--a", "fused-loss=true", "--b", "fused-loss=true,fp8-output=true"],
-                          capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "GPTFORGE_BENCH_OUT": str(tmp_path)}, timeout=600)
+    proc = run_script(tmp_path, "--steps", "2", "--batch", "2", "--a", "fused-loss=true", "--b", "fused-loss=true,fp8-output=true")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "run b is not what was asked: FP8 output layer asked for but needs an sm_89+ GPU" in proc.stderr
     report = json.loads((tmp_path / "loss_parity.json").read_text())
@@ -111,9 +113,7 @@ def test_a_failed_run_exits_1_and_keeps_the_finished_seeds(tmp_path, monkeypatch
 
 
 def test_seeds_pair_a_and_b_per_seed_on_cpu(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--config", "gpt2-tiny", "--steps", "3", "--batch", "2",
-                           "--device", "cpu", "--seeds", "1,2"], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "GPTFORGE_BENCH_OUT": str(tmp_path)}, timeout=600)
+    proc = run_script(tmp_path, "--steps", "3", "--batch", "2", "--seeds", "1,2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "loss_parity.json").read_text())
     runs = report["runs"]
