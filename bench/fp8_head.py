@@ -1,10 +1,12 @@
-"""The output layer + cross-entropy in bf16 and in FP8 (fp8-output=true): the whole and each piece.
+"""The output layer + cross-entropy in bf16, in FP8 (fp8-output=true) and through quack's epilogue
+(loss-epilogue=true): the whole and each piece.
 
     PYTHONPATH=src GPTFORGE_BENCH_OUT=out python3 bench/fp8_head.py                 # 124M and 350M widths
     PYTHONPATH=src python3 bench/fp8_head.py --tokens 32768 --hidden 768 --vocab 50257 --padded-vocab 50304
 
 For TOKENS x HIDDEN hidden states and a (VOCAB x HIDDEN) output matrix it times, with CUDA events after
-untimed warm-up: the fused loss's forward + gradients in bf16 and in FP8 (eager and compiled), then
+untimed warm-up: the fused loss's forward + gradients in bf16, in FP8 and, on an sm_90 GPU with
+quack-kernels, with the softmax in the logits GEMM's epilogue (each eager and compiled), then
 the pieces of each: the three GEMMs in bf16 and as FP8 scaled matmuls, the casts to E4M3, the layout
 copies cuBLAS's FP8 matmul needs, and the cross-entropy kernel writing its gradient in bf16 and in E5M2.
 Needs an sm_89+ GPU. A table is printed; JSON goes to $GPTFORGE_BENCH_OUT/fp8_head.json.
@@ -21,14 +23,18 @@ from pathlib import Path
 import torch
 
 from fp8_linear import cuda_ms  # bench/ is this script's directory
+from gptforge.model import kernels
 from gptforge.model.loss import GRAD_SCALE, linear_cross_entropy
 from gptforge.model.scaled_mm import E5M2, column_major, fp8_matmul_gpu, scaled_mm, to_e4m3
 from gptforge.model.xent import xent
 
 
-def whole(h, w, t, vocab: int, fp8: bool, compiled: bool):
+VARIANTS = {"bf16": {}, "FP8": {"fp8": True}, "epilogue (quack)": {"epilogue": True}}
+
+
+def whole(h, w, t, vocab: int, variant: str, compiled: bool):
     def loss_and_grads():
-        loss = linear_cross_entropy(h, w, t, vocab, h.shape[0], fp8=fp8)
+        loss = linear_cross_entropy(h, w, t, vocab, h.shape[0], **VARIANTS[variant])
         loss.backward()
         return loss
 
@@ -66,6 +72,10 @@ def pieces(h, w, t, vocab: int) -> dict:
     }
 
 
+def epilogue_here() -> bool:
+    return kernels.quack_unusable(torch.device("cuda"), kernels.QUACK_LCE_MODULE, sm90_only=True) is None
+
+
 def measure(tokens: int, hidden: int, vocab: int, vocab_padded: int, warmup: int, iters: int) -> list[dict]:
     torch.manual_seed(0)
     h = (torch.randn(tokens, hidden, device="cuda") * 2).requires_grad_()
@@ -73,11 +83,11 @@ def measure(tokens: int, hidden: int, vocab: int, vocab_padded: int, warmup: int
     t = torch.randint(0, vocab, (tokens,), device="cuda")
     rows = []
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        for fp8 in (False, True):
+        for variant in VARIANTS if epilogue_here() else ("bf16", "FP8"):
             for compiled in (False, True):
-                name = f"whole: {'FP8' if fp8 else 'bf16'}, {'compiled' if compiled else 'eager'}"
+                name = f"whole: {variant}, {'compiled' if compiled else 'eager'}"
                 rows.append({"shape": f"{tokens}x{hidden}x{vocab_padded}", "what": name,
-                             "ms": cuda_ms(whole(h, w, t, vocab, fp8, compiled), warmup, iters)})
+                             "ms": cuda_ms(whole(h, w, t, vocab, variant, compiled), warmup, iters)})
     for name, step in pieces(h, w, t, vocab).items():
         rows.append({"shape": f"{tokens}x{hidden}x{vocab_padded}", "what": name, "ms": cuda_ms(step, warmup, iters)})
     return rows

@@ -89,6 +89,7 @@ class GPT(nn.Module):
         self.loss_chunk = backend.loss_chunk
         self.loss_fp8 = backend.loss_fp8
         self.loss_fp8_logits = backend.loss_fp8_logits
+        self.loss_epilogue = backend.loss_epilogue
         self.bf16_residual = backend.bf16_residual
         self.wte = nn.Embedding(cfg.padded_vocab_size, cfg.hidden_size)
         self.wpe = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
@@ -125,7 +126,8 @@ class GPT(nn.Module):
         if targets is not None and self.loss_chunk:
             # logits are never formed whole: the caller gets the loss only
             return None, linear_cross_entropy(x.reshape(-1, x.size(-1)), self.lm_head.weight, targets.reshape(-1),
-                                              self.cfg.vocab_size, self.loss_chunk, self.loss_fp8, self.loss_fp8_logits)
+                                              self.cfg.vocab_size, self.loss_chunk, self.loss_fp8, self.loss_fp8_logits,
+                                              self.loss_epilogue)
         # The padded rows make the matmul tensor-core friendly; they stand for no token, so their logits
         # are cut before the loss's softmax and before sampling.
         logits = self.lm_head(x)[..., : self.cfg.vocab_size]

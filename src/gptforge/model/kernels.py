@@ -5,6 +5,8 @@
 - ``gelu-epilogue = true``: the MLP's GEMMs from quack-kernels, bias + GELU in the up-projection's
   epilogue and GELU's derivative in the down-projection's input-gradient GEMM (no GELU kernels of
   their own).
+- ``loss-epilogue = true``: the fused loss from quack-kernels' scaled-exp linear cross-entropy, the
+  softmax's exponentials and sums in the logits GEMM's epilogue (model/lce_epilogue.py; sm_90 only).
 
 Each ``use_*`` sets BACKEND and returns the note the trainer logs: on, or asked for but off and why.
 """
@@ -16,13 +18,19 @@ import torch
 from gptforge.core.installed import dsl_directory, outside_site_packages
 from gptforge.model.flash4 import MODULE as FA4_MODULE
 from gptforge.model.layers import LayerBackend, import_error
+from gptforge.model.lce_epilogue import epilogue_fits
 
 QUACK_MODULE = "quack.mlp"
+QUACK_LCE_MODULE = "quack.linear_cross_entropy"
 SUPPORTED_MAJORS = (9, 10)  # sm_90 (Hopper) and sm_100 (Blackwell): FA4's and quack's SM90/SM100 kernels
 
 
 def hopper_or_blackwell(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] in SUPPORTED_MAJORS
+
+
+def hopper(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
 def use_flash4(backend: LayerBackend, device: torch.device, dropout: float) -> str | None:
@@ -41,6 +49,22 @@ def use_flash4(backend: LayerBackend, device: torch.device, dropout: float) -> s
     return "attention: FlashAttention 4 (flash_attn.cute), causal, as custom ops in the compiled graph"
 
 
+def quack_unusable(device: torch.device, module: str, sm90_only: bool = False) -> str | None:
+    """Why quack's MODULE cannot run on DEVICE (the end of an "asked for but ..." note), or None when it can."""
+    if sm90_only and not hopper(device):
+        return "needs an sm_90 GPU"
+    if not hopper_or_blackwell(device):
+        return "needs an sm_90 or sm_100 GPU"
+    error = import_error(module)
+    if error is not None:
+        return f"quack is not importable ({error}; pip install quack-kernels)"
+    outside = outside_site_packages(dsl_directory())
+    if outside:
+        return (f"the CuTe DSL is installed outside a site-packages directory ({outside}), where quack's kernel "
+                "cache fails on it; install it into the environment with pip")
+    return None
+
+
 def use_gelu_epilogue(backend: LayerBackend, device: torch.device, asked: bool, float8: str = "off") -> str | None:
     if not asked:
         return None
@@ -48,14 +72,34 @@ def use_gelu_epilogue(backend: LayerBackend, device: torch.device, asked: bool, 
         return "GELU epilogue asked for but TransformerEngine layers are on: TE's MLP"
     if float8 != "off":
         return f"GELU epilogue asked for but float8={float8} is on (quack's GEMMs here are bf16): torchao's MLP"
-    if not hopper_or_blackwell(device):
-        return "GELU epilogue asked for but needs an sm_90 or sm_100 GPU: torch MLP"
-    error = import_error(QUACK_MODULE)
-    if error is not None:
-        return f"GELU epilogue asked for but quack is not importable ({error}; pip install quack-kernels): torch MLP"
-    outside = outside_site_packages(dsl_directory())
-    if outside:
-        return (f"GELU epilogue asked for but the CuTe DSL is installed outside a site-packages directory ({outside}), "
-                "where quack's kernel cache fails on it; install it into the environment with pip: torch MLP")
+    why = quack_unusable(device, QUACK_MODULE)
+    if why:
+        return f"GELU epilogue asked for but {why}: torch MLP"
     backend.mlp = "quack"
     return "MLP: quack GEMMs, bias + GELU in the up-projection's epilogue, its gradient in the down-projection's"
+
+
+def use_loss_epilogue(backend: LayerBackend, device: torch.device, asked: bool, precision: str,
+                      padded_vocab: int, hidden: int) -> str | None:
+    """Turn the epilogue cross-entropy on in BACKEND when asked for and possible; the note says which.
+
+    Call after the FP8 output layer has been decided: that layer, when on, keeps the output layer."""
+    if not asked:
+        return None
+    why = None
+    if not backend.loss_chunk:
+        why = "needs fused-loss=true"
+    elif backend.loss_fp8:
+        why = "fp8-output is on and keeps the output layer"
+    elif (unusable := quack_unusable(device, QUACK_LCE_MODULE, sm90_only=True)) is not None:
+        why = unusable
+    elif precision != "bf16":
+        why = f"needs bf16 (the run is {precision})"
+    elif not epilogue_fits(backend.loss_chunk, hidden, padded_vocab):
+        why = (f"loss-chunk-tokens ({backend.loss_chunk}) and the padded vocabulary ({padded_vocab}) must be "
+               f"multiples of 128 and hidden-size ({hidden}) of 8")
+    if why:
+        return f"epilogue cross-entropy asked for but {why}: gptforge's xent kernel"
+    backend.loss_epilogue = True
+    return ("loss: quack's scaled-exp linear cross-entropy, the softmax in the logits GEMM's epilogue "
+            "(over the padded vocabulary)")

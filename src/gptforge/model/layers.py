@@ -47,6 +47,7 @@ class LayerBackend:
     loss_chunk: int = 0  # tokens per chunk of the fused output layer + cross-entropy; 0: full logits
     loss_fp8: bool = False  # the fused output layer's matmuls in FP8
     loss_fp8_logits: bool = True  # with loss_fp8: the logits matmul too (else only the two gradient matmuls)
+    loss_epilogue: bool = False  # the fused loss's softmax in the logits GEMM's epilogue (quack, sm_90)
     bf16_residual: bool = False  # the residual stream in bf16 under bf16 autocast (float32 otherwise)
     notes: list[str] = field(default_factory=list)
 

@@ -28,6 +28,7 @@ from functools import partial
 
 import torch
 
+from gptforge.model.lce_epilogue import epilogue_cross_entropy
 from gptforge.model.scaled_mm import E5M2, column_major, fits, scaled_mm, to_e4m3
 from gptforge.model.xent import loss_per_row, xent
 
@@ -128,13 +129,17 @@ def fp8_fits(rows: int, chunk: int, hidden: int, padded_vocab: int) -> bool:
 
 
 def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, vocab_size: int,
-                         chunk: int, fp8: bool = False, fp8_logits: bool = True) -> torch.Tensor:
+                         chunk: int, fp8: bool = False, fp8_logits: bool = True, epilogue: bool = False) -> torch.Tensor:
     """Mean cross-entropy of softmax((h @ weight^T)[:, :vocab_size]) against targets.
 
     h: (N, C) final hidden states, weight: (V_padded, C) output matrix, targets: (N,) token ids,
     chunk: tokens per chunk, fp8: the matmuls in FP8 where the shapes allow it (fp8_logits=False: only the two
-    gradient matmuls). Gradients flow to h and weight as through the reference.
+    gradient matmuls), epilogue: quack's epilogue cross-entropy, whose softmax spans all V_padded columns
+    (model/lce_epilogue.py; the caller has checked it can run). Gradients flow to h and weight as through the
+    reference.
     """
+    if epilogue:
+        return epilogue_cross_entropy(h, weight, targets, chunk)
     dtype = compute_dtype(h)
     fp8 = fp8 and fp8_fits(h.shape[0], chunk, weight.shape[1], weight.shape[0])
     if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):

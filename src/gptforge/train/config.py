@@ -130,6 +130,7 @@ class TrainConfig:
     fused_loss: bool
     fp8_output: bool
     fp8_output_logits: bool
+    loss_epilogue: bool
     loss_chunk_tokens: int
     gelu_epilogue: bool
     bf16_residual: bool

@@ -19,7 +19,7 @@ import torch
 
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT
-from gptforge.model.kernels import use_flash4, use_gelu_epilogue
+from gptforge.model.kernels import use_flash4, use_gelu_epilogue, use_loss_epilogue
 from gptforge.model.layers import LayerBackend, resolve_backend
 from gptforge.model.loss import fp8_fits
 from gptforge.model.scaled_mm import fp8_matmul_gpu
@@ -227,12 +227,14 @@ class Trainer:
                                          use_gelu_epilogue(backend, self.device, cfg.gelu_epilogue, cfg.float8),
                                          bf16_residual(cfg, backend, precision)) if note]
         fp8_output_note = fp8_output(cfg, backend, self.device, mcfg.padded_vocab_size)
-        if backend.loss_chunk:
+        loss_epilogue_note = use_loss_epilogue(backend, self.device, cfg.loss_epilogue, precision.name,
+                                               mcfg.padded_vocab_size, mcfg.hidden_size)
+        if backend.loss_chunk and not backend.loss_epilogue:
             self.notes.append(f"loss kernel: {xent_kernel_name(self.device)}")
         self.model = GPT(mcfg, backend).to(self.device)
         fp8_ctx, fp8_note = fp8_context(cfg, backend, self.device)
         float8_note = torchao_float8(cfg, backend, self.model, self.device)
-        self.notes += [note for note in (fp8_output_note, fp8_note, float8_note) if note]
+        self.notes += [note for note in (fp8_output_note, loss_epilogue_note, fp8_note, float8_note) if note]
         optimizer, opt_note = build_optimizer(self.model, cfg, self.device)
         self.accum = cfg.global_batch_size // (cfg.micro_batch_size * self.env.world_size)
         if self.ds_config is not None:
