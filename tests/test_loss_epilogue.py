@@ -88,6 +88,17 @@ def test_the_trainer_falls_back_with_the_note_on_a_cpu(tmp_path):
     assert any(n.startswith("loss kernel: ") for n in notes)
 
 
+def test_without_gradients_the_loss_spans_the_padded_vocabulary_as_in_training():
+    torch.manual_seed(0)
+    h, w = torch.randn(64, 16), torch.randn(256, 16)
+    t = torch.randint(0, 200, (64,))
+    with torch.no_grad():
+        got = linear_cross_entropy(h, w, t, 200, 32, epilogue=True)
+        real_vocabulary = linear_cross_entropy(h, w, t, 200, 32)
+    torch.testing.assert_close(got, F.cross_entropy(h @ w.t(), t))
+    assert got > real_vocabulary  # the padding's 56 columns take their share of the softmax
+
+
 # ---- on an sm_90 GPU with quack-kernels --------------------------------------------------------------------------
 
 sm90 = pytest.mark.skipif(not torch.cuda.is_available() or not kernels.hopper(torch.device("cuda"))
@@ -131,9 +142,9 @@ def test_on_gpu_loss_and_gradients_match_float64_over_the_padded_vocabulary(conf
         errors[name] = (abs(loss.item() - want_loss), relative_error(h.grad, want_h), relative_error(w.grad, want_w))
         assert w.grad.dtype == torch.float32
     loss_off, h_off, w_off = errors["epilogue"]
-    assert loss_off < 1e-3 and h_off < 1e-2 and w_off < 1e-2, errors
-    # no worse than the xent path's bf16 logits and bf16 gradient (with a margin for the different roundings)
-    assert h_off <= 2 * errors["xent"][1] + 1e-4 and w_off <= 2 * errors["xent"][2] + 1e-4, errors
+    # bf16's rounding (2^-9 = 2e-3 per entry) is the scale: E and the rescaled h are bf16, as the xent
+    # path's gradient is; the xent path's own errors are in the message for comparison
+    assert loss_off < 1e-3 and h_off < 5e-3 and w_off < 5e-3, errors
 
 
 @pytest.mark.gpu

@@ -12,6 +12,8 @@ bf16-rounded logits, the gradient's entries are rounded to bf16 as there, and th
 formed in float32. One difference in meaning: the softmax spans the padded vocabulary (50304 columns,
 as nanoGPT's does), where the xent path cuts it to the tokenizer's. The padding's rows of the tied
 embedding stand for no token, so training pushes their logits down; BENCHMARKS.md has the loss parity.
+Without gradients (evaluation) the loss comes from the xent path over the same padded vocabulary: quack's
+loss-only GEMM does not pass through torch.compile (its custom op's arguments do not survive tracing).
 """
 
 from __future__ import annotations

@@ -138,10 +138,12 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.T
     (model/lce_epilogue.py; the caller has checked it can run). Gradients flow to h and weight as through the
     reference.
     """
-    if epilogue:
-        return epilogue_cross_entropy(h, weight, targets, chunk)
     dtype = compute_dtype(h)
+    training = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    if epilogue:  # the loss alone comes from the xent kernel, over the same padded vocabulary
+        return epilogue_cross_entropy(h, weight, targets, chunk) if training else \
+            _loss_only(h, weight, targets, weight.shape[0], chunk, dtype, False)
     fp8 = fp8 and fp8_fits(h.shape[0], chunk, weight.shape[1], weight.shape[0])
-    if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
+    if training:
         return _LinearCrossEntropy.apply(h, weight, targets, vocab_size, chunk, dtype, fp8, fp8_logits)
     return _loss_only(h, weight, targets, vocab_size, chunk, dtype, fp8 and fp8_logits)
