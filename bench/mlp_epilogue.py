@@ -8,7 +8,10 @@ epilogue and stores the pre-activation; in the backward the down-projection's in
 applies GELU's derivative in its epilogue, so no separate GELU kernels run. Times (CUDA events, after
 warm-up and quack's autotuning) forward + backward, the host time to issue one (where it reaches the
 GPU time, the MLP is bound by Python and launches, which the trainer's queued step hides), and the largest difference of the output and
-each gradient from torch's. A table is printed; JSON goes to $GPTFORGE_BENCH_OUT/mlp_epilogue.json.
+each gradient from torch's. A third row is gptforge's MLP (model/mlp_epilogue.py, what gelu-epilogue=true
+runs): quack's forward GEMMs, the up-projection's bias gradient summed in the epilogue of the GEMM that
+applies GELU's derivative, the other GEMMs of the backward from cuBLAS. A table is printed; JSON goes to
+$GPTFORGE_BENCH_OUT/mlp_epilogue.json.
 """
 
 from __future__ import annotations
@@ -35,6 +38,13 @@ def quack_mlp(x, w1, b1, w2, b2):
     from gptforge.model.gpt import autocast_dtype
 
     return mlp_func(x, w1, w2, "gelu_tanh_approx", bias1=autocast_dtype(b1), bias2=autocast_dtype(b2))
+
+
+def gptforge_mlp(x, w1, b1, w2, b2):
+    from gptforge.model.gpt import autocast_dtype
+    from gptforge.model.mlp_epilogue import epilogue_mlp
+
+    return epilogue_mlp(*(autocast_dtype(t) for t in (x, w1, b1, w2, b2)))
 
 
 def inputs(tokens: int, width: int) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
@@ -70,7 +80,7 @@ def run(args) -> list[dict]:
     rows = []
     for width in args.widths:
         reference = None
-        for name, fn in (("torch-compiled", torch_mlp), ("quack-epilogue", quack_mlp)):
+        for name, fn in (("torch-compiled", torch_mlp), ("quack-epilogue", quack_mlp), ("gptforge", gptforge_mlp)):
             row = {"mlp": name, "tokens": args.tokens, "width": width}
             try:
                 result, out, grads = measure(fn, args.tokens, width, args)

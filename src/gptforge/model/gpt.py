@@ -42,7 +42,7 @@ class CausalSelfAttention(nn.Module):
 
 
 def autocast_dtype(t: torch.Tensor) -> torch.Tensor:
-    """T in the dtype autocast gives a Linear's operands (quack's GEMMs cast x and w themselves, not the bias)."""
+    """T in the dtype autocast gives a Linear's operands (the quack MLP takes them cast)."""
     return t.to(torch.get_autocast_dtype("cuda")) if torch.is_autocast_enabled("cuda") else t
 
 
@@ -61,10 +61,10 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel == "quack":
-            from quack.mlp import mlp_func
+            from gptforge.model.mlp_epilogue import epilogue_mlp
 
-            bias1, bias2 = (autocast_dtype(b) for b in (self.fc.bias, self.proj.bias))
-            return self.dropout(mlp_func(x, self.fc.weight, self.proj.weight, "gelu_tanh_approx", bias1=bias1, bias2=bias2))
+            operands = (autocast_dtype(t) for t in (x, self.fc.weight, self.fc.bias, self.proj.weight, self.proj.bias))
+            return self.dropout(epilogue_mlp(*operands))
         return self.dropout(self.proj(F.gelu(self.fc(x), approximate="tanh")))
 
 

@@ -20,7 +20,7 @@ from gptforge.model.flash4 import MODULE as FA4_MODULE
 from gptforge.model.layers import LayerBackend, import_error
 from gptforge.model.lce_epilogue import epilogue_fits
 
-QUACK_MODULE = "quack.mlp"
+QUACK_MODULE = "quack.epilogue.library"  # what model/mlp_epilogue.py imports
 QUACK_LCE_MODULE = "quack.linear_cross_entropy"
 SUPPORTED_MAJORS = (9, 10)  # sm_90 (Hopper) and sm_100 (Blackwell): FA4's and quack's SM90/SM100 kernels
 

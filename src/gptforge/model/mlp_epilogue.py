@@ -1,0 +1,54 @@
+"""The MLP with GELU in its GEMMs' epilogues (``gelu-epilogue = true``; quack-kernels, sm_90/sm_100).
+
+Forward: quack's up-projection GEMM adds the bias and applies GELU in its epilogue, storing the
+pre-activation for the backward; its down-projection GEMM adds the bias. Backward: one quack GEMM
+computes dout @ W2, multiplies by GELU's derivative at the stored pre-activation, recomputes the
+activation for W2's gradient and sums the up-projection's bias gradient over the rows, all in its
+epilogue, so the (tokens x 4C) gradient is not read again for that sum. The weight gradients and the
+input's gradient are plain GEMMs and come from cuBLAS. Operands are the autocast dtype's (the caller
+casts); gradients come back in it, as nn.Linear's do under autocast.
+"""
+
+from __future__ import annotations
+
+import torch
+from quack.epilogue.library import dgelu_dbias_mod
+from quack.gemm_interface import gemm, gemm_act
+from torch import Tensor
+
+GELU = "gelu_tanh_approx"
+
+
+@torch.library.custom_op("gptforge::dgelu_dbias", mutates_args=(), device_types="cuda")
+def dgelu_dbias(dout: Tensor, w2: Tensor, preact: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(d preact, GELU(preact), d bias1) from dout (M, C), W2 (C, 4C) and the pre-activation (M, 4C)."""
+    res = dgelu_dbias_mod(dout, w2, preact, tuned=True, dynamic_scheduler=True)
+    return res["D"], res["postact"], res["dbias"].reshape(-1).to(preact.dtype)
+
+
+@dgelu_dbias.register_fake
+def _(dout: Tensor, w2: Tensor, preact: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    return torch.empty_like(preact), torch.empty_like(preact), preact.new_empty(preact.shape[-1])
+
+
+class EpilogueMLP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
+        rows = x.reshape(-1, x.shape[-1])
+        preact, postact = gemm_act(rows, w1.T, bias=b1, activation=GELU, store_preact=True)
+        out = gemm(postact, w2.T, bias=b2)
+        ctx.save_for_backward(rows, w1, w2, preact)
+        return out.view(*x.shape[:-1], out.shape[-1])
+
+    @staticmethod
+    def backward(ctx, dout: Tensor):
+        rows, w1, w2, preact = ctx.saved_tensors
+        dout_rows = dout.reshape(-1, dout.shape[-1]).contiguous()
+        dpreact, postact, db1 = dgelu_dbias(dout_rows, w2, preact)
+        dx = (dpreact @ w1).view(*dout.shape[:-1], w1.shape[1])
+        return dx, dpreact.t() @ rows, db1, dout_rows.t() @ postact, dout_rows.sum(0)
+
+
+def epilogue_mlp(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
+    """GELU MLP of x with up-projection (w1, b1) and down-projection (w2, b2), each in nn.Linear's layout."""
+    return EpilogueMLP.apply(x, w1, b1, w2, b2)
