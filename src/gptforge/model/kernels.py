@@ -2,9 +2,9 @@
 
 - ``attention-backend = "flash4"``: FlashAttention 4's Hopper/Blackwell kernels (the flash-attn-4
   package), called through the custom ops of ``model/flash4.py`` in place of SDPA.
-- ``gelu-epilogue = true``: the MLP's GEMMs from quack-kernels, bias + GELU in the up-projection's
-  epilogue and GELU's derivative in the down-projection's input-gradient GEMM (no GELU kernels of
-  their own).
+- ``gelu-epilogue = true``: the MLP of model/mlp_epilogue.py, bias + GELU in the up-projection's
+  epilogue and GELU's derivative with the bias gradient in the down-projection's input-gradient GEMM
+  (quack-kernels' GEMMs; no GELU kernels of their own).
 - ``loss-epilogue = true``: the fused loss from quack-kernels' scaled-exp linear cross-entropy, the
   softmax's exponentials and sums in the logits GEMM's epilogue (model/lce_epilogue.py; sm_90 only).
 
@@ -76,7 +76,8 @@ def use_gelu_epilogue(backend: LayerBackend, device: torch.device, asked: bool, 
     if why:
         return f"GELU epilogue asked for but {why}: torch MLP"
     backend.mlp = "quack"
-    return "MLP: quack GEMMs, bias + GELU in the up-projection's epilogue, its gradient in the down-projection's"
+    return ("MLP: quack GEMMs, bias + GELU in the up-projection's epilogue, GELU's derivative and the bias "
+            "gradient in the backward GEMM's; cuBLAS for the backward's plain GEMMs")
 
 
 def use_loss_epilogue(backend: LayerBackend, device: torch.device, asked: bool, precision: str,

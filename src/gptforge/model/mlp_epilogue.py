@@ -1,18 +1,19 @@
 """The MLP with GELU in its GEMMs' epilogues (``gelu-epilogue = true``; quack-kernels, sm_90/sm_100).
 
 Forward: quack's up-projection GEMM adds the bias and applies GELU in its epilogue, storing the
-pre-activation for the backward; its down-projection GEMM adds the bias. Backward: one quack GEMM
-computes dout @ W2, multiplies by GELU's derivative at the stored pre-activation, recomputes the
-activation for W2's gradient and sums the up-projection's bias gradient over the rows, all in its
-epilogue, so the (tokens x 4C) gradient is not read again for that sum. The weight gradients and the
-input's gradient are plain GEMMs and come from cuBLAS. Operands are the autocast dtype's (the caller
+pre-activation and the activation for the backward; its down-projection GEMM adds the bias. Backward:
+one quack GEMM computes dout @ W2, multiplies by GELU's derivative at the stored pre-activation and sums
+the up-projection's bias gradient over the rows, all in its epilogue, so the (tokens x 4C) gradient is
+not read again for that sum. (Keeping the activation costs 2 bytes x 4C a token of memory and spares
+that GEMM writing a recomputed one: at K = C = 768 its epilogue's traffic is what it waits on.) The
+weight gradients and the input's gradient are plain GEMMs and come from cuBLAS. Operands are the autocast dtype's (the caller
 casts); gradients come back in it, as nn.Linear's do under autocast.
 """
 
 from __future__ import annotations
 
 import torch
-from quack.epilogue.library import dgelu_dbias_mod
+from quack.epilogue.library import dgelu_dbias_epi
 from quack.gemm_interface import gemm, gemm_act
 from torch import Tensor
 
@@ -20,15 +21,15 @@ GELU = "gelu_tanh_approx"
 
 
 @torch.library.custom_op("gptforge::dgelu_dbias", mutates_args=(), device_types="cuda")
-def dgelu_dbias(dout: Tensor, w2: Tensor, preact: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """(d preact, GELU(preact), d bias1) from dout (M, C), W2 (C, 4C) and the pre-activation (M, 4C)."""
-    res = dgelu_dbias_mod(dout, w2, preact, tuned=True, dynamic_scheduler=True)
-    return res["D"], res["postact"], res["dbias"].reshape(-1).to(preact.dtype)
+def dgelu_dbias(dout: Tensor, w2: Tensor, preact: Tensor) -> tuple[Tensor, Tensor]:
+    """(d preact, d bias1) from dout (M, C), W2 (C, 4C) and the pre-activation (M, 4C)."""
+    res = dgelu_dbias_epi(dout, w2, preact, tuned=True, dynamic_scheduler=True)
+    return res["D"], res["dwb"].reshape(-1).to(preact.dtype)
 
 
 @dgelu_dbias.register_fake
-def _(dout: Tensor, w2: Tensor, preact: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    return torch.empty_like(preact), torch.empty_like(preact), preact.new_empty(preact.shape[-1])
+def _(dout: Tensor, w2: Tensor, preact: Tensor) -> tuple[Tensor, Tensor]:
+    return torch.empty_like(preact), preact.new_empty(preact.shape[-1])
 
 
 class EpilogueMLP(torch.autograd.Function):
@@ -37,14 +38,14 @@ class EpilogueMLP(torch.autograd.Function):
         rows = x.reshape(-1, x.shape[-1])
         preact, postact = gemm_act(rows, w1.T, bias=b1, activation=GELU, store_preact=True)
         out = gemm(postact, w2.T, bias=b2)
-        ctx.save_for_backward(rows, w1, w2, preact)
+        ctx.save_for_backward(rows, w1, w2, preact, postact)
         return out.view(*x.shape[:-1], out.shape[-1])
 
     @staticmethod
     def backward(ctx, dout: Tensor):
-        rows, w1, w2, preact = ctx.saved_tensors
+        rows, w1, w2, preact, postact = ctx.saved_tensors
         dout_rows = dout.reshape(-1, dout.shape[-1]).contiguous()
-        dpreact, postact, db1 = dgelu_dbias(dout_rows, w2, preact)
+        dpreact, db1 = dgelu_dbias(dout_rows, w2, preact)
         dx = (dpreact @ w1).view(*dout.shape[:-1], w1.shape[1])
         return dx, dpreact.t() @ rows, db1, dout_rows.t() @ postact, dout_rows.sum(0)
 
