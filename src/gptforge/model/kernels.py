@@ -80,6 +80,24 @@ def use_gelu_epilogue(backend: LayerBackend, device: torch.device, asked: bool, 
             "gradient in the backward GEMM's; cuBLAS for the backward's plain GEMMs")
 
 
+def loss_epilogue_blocker(backend: LayerBackend, device: torch.device, precision: str, padded_vocab: int,
+                          hidden: int) -> str | None:
+    """Why the epilogue cross-entropy cannot run here (the end of an "asked for but ..." note), or None."""
+    if not backend.loss_chunk:
+        return "needs fused-loss=true"
+    if backend.loss_fp8:
+        return "fp8-output is on and keeps the output layer"
+    unusable = quack_unusable(device, QUACK_LCE_MODULE, sm90_only=True)
+    if unusable:
+        return unusable
+    if precision != "bf16":
+        return f"needs bf16 (the run is {precision})"
+    if not epilogue_fits(backend.loss_chunk, hidden, padded_vocab):
+        return (f"loss-chunk-tokens ({backend.loss_chunk}) and the padded vocabulary ({padded_vocab}) must be "
+                f"multiples of 128 and hidden-size ({hidden}) of 8")
+    return None
+
+
 def use_loss_epilogue(backend: LayerBackend, device: torch.device, asked: bool, precision: str,
                       padded_vocab: int, hidden: int) -> str | None:
     """Turn the epilogue cross-entropy on in BACKEND when asked for and possible; the note says which.
@@ -87,18 +105,7 @@ def use_loss_epilogue(backend: LayerBackend, device: torch.device, asked: bool, 
     Call after the FP8 output layer has been decided: that layer, when on, keeps the output layer."""
     if not asked:
         return None
-    why = None
-    if not backend.loss_chunk:
-        why = "needs fused-loss=true"
-    elif backend.loss_fp8:
-        why = "fp8-output is on and keeps the output layer"
-    elif (unusable := quack_unusable(device, QUACK_LCE_MODULE, sm90_only=True)) is not None:
-        why = unusable
-    elif precision != "bf16":
-        why = f"needs bf16 (the run is {precision})"
-    elif not epilogue_fits(backend.loss_chunk, hidden, padded_vocab):
-        why = (f"loss-chunk-tokens ({backend.loss_chunk}) and the padded vocabulary ({padded_vocab}) must be "
-               f"multiples of 128 and hidden-size ({hidden}) of 8")
+    why = loss_epilogue_blocker(backend, device, precision, padded_vocab, hidden)
     if why:
         return f"epilogue cross-entropy asked for but {why}: gptforge's xent kernel"
     backend.loss_epilogue = True
