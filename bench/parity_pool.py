@@ -1,0 +1,126 @@
+#!/usr/bin/env python
+"""Loss parity pooled over calls: each run's drift against the mean of its seed's A runs from every file.
+
+One `bench/loss_parity.py --seeds` call trains A and B once per seed on one machine, but the same
+configuration's runs on different machines differ more than a pair within one call. This reads the
+loss_parity.json files of several calls, takes as A every run whose own keys (its keys less the shared
+run keys, the data cache and the seed) are exactly --a, and prints, for every other run, its drift (mean
+of B - mean of A training loss over the last half of the steps, signed) against the mean of its seed's
+A runs, beside the drift against its own call's A; per seed the A runs' spread (the largest difference
+of two A runs' last-half means); per configuration the mean and standard error of its drifts.
+
+    python3 bench/parity_pool.py --a fused-loss=true bench/results/loss_parity/*.json
+    python3 bench/parity_pool.py --a fused-loss=true --json bench/results/loss_parity/*.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from loss_parity import last_half_mean, mean_and_stderr, spread  # bench/ is this script's directory
+
+
+class BadInput(Exception):
+    """A file that cannot be pooled: the message says which and why."""
+
+
+def own_keys(run: dict, common: list[str]) -> tuple[tuple[str, ...], int | None]:
+    """(the run's configuration keys, its seed): what is left of its keys after the shared ones."""
+    keys = run["keys"][len(common):]
+    seed = next((int(k.split("=", 1)[1]) for k in keys if k.startswith("seed=")), None)
+    config = tuple(k for k in keys if not k.startswith(("seed=", "data-cache-dir=")))
+    return config, seed
+
+
+def run_row(path: Path, name: str, run: dict, common: list[str]) -> dict:
+    config, seed = own_keys(run, common)
+    return {"file": str(path), "name": name, "config": config, "seed": seed, "tail": last_half_mean(run["losses"])}
+
+
+def load_runs(paths: list[Path]) -> list[dict]:
+    """Every finished run of every file, as {file, name, config, seed, tail}; all files of one shape."""
+    runs, shape = [], None
+    for path in paths:
+        try:
+            report = json.loads(path.read_text())
+            this = (report["config"], report["steps"], report["batch"])
+            found = [run_row(path, name, run, report["common"]) for name, run in report["runs"].items()]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError) as e:
+            raise BadInput(f"{path}: not a loss_parity.py report ({type(e).__name__}: {e})") from None
+        if shape is None:
+            shape = this
+        elif this != shape:
+            raise BadInput(f"{path}: {this[0]}, {this[1]} steps of batch {this[2]}, where the first file has "
+                           f"{shape[0]}, {shape[1]} steps of batch {shape[2]}: pool runs of one shape")
+        runs += found
+    return runs
+
+
+def pool(runs: list[dict], a: tuple[str, ...]) -> dict:
+    """Per seed the A runs' mean and spread; per other run its drifts; per other configuration their summary."""
+    a_tails: dict = {}
+    for run in runs:
+        if run["config"] == a:
+            a_tails.setdefault(run["seed"], []).append(run["tail"])
+    seeds = {seed: {"a_runs": len(tails), "a_mean": sum(tails) / len(tails), "a_spread": spread(tails)}
+             for seed, tails in sorted(a_tails.items(), key=lambda kv: str(kv[0]))}
+    rows = []
+    for run in runs:
+        if run["config"] == a:
+            continue
+        own_a = [r["tail"] for r in runs if r["file"] == run["file"] and r["config"] == a and r["seed"] == run["seed"]]
+        pooled = seeds.get(run["seed"])
+        rows.append({"file": run["file"], "name": run["name"], "config": list(run["config"]), "seed": run["seed"],
+                     "drift": None if pooled is None else run["tail"] - pooled["a_mean"],
+                     "drift_own_a": run["tail"] - own_a[0] if own_a else None})
+    configs: dict = {}
+    for row in rows:
+        if row["drift"] is not None:
+            configs.setdefault(" ".join(row["config"]), []).append(row["drift"])
+    summary = {config: {"runs": len(d), **mean_and_stderr(d)} for config, d in configs.items()}
+    return {"a": list(a), "seeds": {str(s): v for s, v in seeds.items()}, "runs": rows, "configs": summary}
+
+
+def fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.4f}"
+
+
+def show(result: dict) -> None:
+    print(f"A ({' '.join(result['a']) or 'the config as is'}) per seed: runs, last-half mean, spread")
+    for seed, s in result["seeds"].items():
+        print(f"  seed {seed}: {s['a_runs']} runs, {s['a_mean']:.4f}, spread {s['a_spread']:.4f}")
+    print("drift of each other run against its seed's pooled A (against its own call's A)")
+    for row in result["runs"]:
+        print(f"  {row['file']} {row['name']}: {fmt(row['drift'])} ({fmt(row['drift_own_a'])})  {' '.join(row['config'])}")
+    print("per configuration: runs, mean drift ± standard error")
+    for config, s in result["configs"].items():
+        stderr = "n/a" if s["stderr"] is None else f"{s['stderr']:.4f}"
+        print(f"  {s['runs']} runs, {fmt(s['mean'])} ± {stderr}  {config}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench/parity_pool.py", description=__doc__.splitlines()[0])
+    p.add_argument("files", nargs="+", type=Path, help="loss_parity.json files of bench/loss_parity.py")
+    p.add_argument("--a", default="fused-loss=true", help="comma list: the own keys of the runs pooled as A")
+    p.add_argument("--json", action="store_true", help="the result as JSON on stdout")
+    args = p.parse_args(argv)
+    try:
+        result = pool(load_runs(args.files), tuple(k for k in args.a.split(",") if k))
+    except BadInput as err:
+        print(f"parity_pool.py: {err}", file=sys.stderr)
+        return 2
+    if not result["seeds"]:
+        print(f"parity_pool.py: no run's own keys are exactly --a {args.a}: nothing to pool as A", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        show(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""bench/parity_pool.py: drifts against the A runs of every call, pooled per seed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "parity_pool.py"
+RESULTS = sorted((ROOT / "bench" / "results" / "loss_parity").glob("*.json"))
+COMMON = ["train-iters=4", "keep-last=1"]
+
+
+def report(path: Path, runs: dict, steps: int = 4) -> Path:
+    """A loss_parity.py report with RUNS: name -> (own keys, losses)."""
+    body = {"config": "gpt2-124m", "steps": steps, "batch": 16, "common": COMMON,
+            "runs": {name: {"keys": COMMON + ["data-cache-dir=/tmp/x/data", *keys], "losses": losses,
+                            "final_val_loss": 5.0, "notes": []} for name, (keys, losses) in runs.items()}}
+    path.write_text(json.dumps(body))
+    return path
+
+
+def pool(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=60)
+
+
+def test_each_run_is_read_against_the_mean_of_its_seeds_a_runs_from_every_file(tmp_path):
+    first = report(tmp_path / "one.json", {
+        "a@1": (["fused-loss=true", "seed=1"], [9, 9, 3.0, 3.0]),
+        "b@1": (["fused-loss=true", "x=1", "seed=1"], [9, 9, 3.5, 3.5]),
+        "a@2": (["fused-loss=true", "seed=2"], [9, 9, 2.0, 2.0]),
+    })
+    second = report(tmp_path / "two.json", {
+        "a@1": (["fused-loss=true", "seed=1"], [9, 9, 3.2, 3.2]),
+        "b@2": (["fused-loss=true", "x=1", "seed=2"], [9, 9, 1.0, 1.0]),
+    })
+    proc = pool("--a", "fused-loss=true", "--json", first, second)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["seeds"]["1"] == {"a_runs": 2, "a_mean": pytest.approx(3.1), "a_spread": pytest.approx(0.2)}
+    rows = {(Path(r["file"]).name, r["name"]): r for r in result["runs"]}
+    assert rows[("one.json", "b@1")]["drift"] == pytest.approx(0.4)  # against 3.1, the pooled mean
+    assert rows[("one.json", "b@1")]["drift_own_a"] == pytest.approx(0.5)  # against its own call's 3.0
+    assert rows[("two.json", "b@2")]["drift"] == pytest.approx(-1.0)
+    assert rows[("two.json", "b@2")]["drift_own_a"] is None  # no A of seed 2 in its own call
+    summary = result["configs"]["fused-loss=true x=1"]
+    assert summary["runs"] == 2 and summary["mean"] == pytest.approx(-0.3) and summary["stderr"] == pytest.approx(0.7)
+
+
+def test_files_of_different_shapes_are_refused_in_one_line(tmp_path):
+    first = report(tmp_path / "one.json", {"a@1": (["fused-loss=true", "seed=1"], [1.0] * 4)})
+    second = report(tmp_path / "two.json", {"a@1": (["fused-loss=true", "seed=1"], [1.0] * 6)}, steps=6)
+    proc = pool(first, second)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "6 steps of batch 16, where the first file has gpt2-124m, 4 steps" in proc.stderr
+
+
+@pytest.mark.parametrize("text, says", [
+    ("not json", "not a loss_parity.py report (JSONDecodeError"),
+    ('{"runs": {}}', "not a loss_parity.py report (KeyError"),
+    ('{"config": "c", "steps": 4, "batch": 1, "common": [], "runs": {"a": {"keys": []}}}', "(KeyError: 'losses')"),
+])
+def test_a_file_that_is_not_a_report_is_refused_in_one_line(tmp_path, text, says):
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    proc = pool(bad)
+    assert proc.returncode == 2 and says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_nothing_to_pool_as_a_says_so(tmp_path):
+    only_b = report(tmp_path / "b.json", {"b@1": (["fused-loss=true", "x=1", "seed=1"], [1.0] * 4)})
+    proc = pool("--a", "fused-loss=true", only_b)
+    assert proc.returncode == 2 and "no run's own keys are exactly --a fused-loss=true" in proc.stderr
+
+
+def test_the_committed_runs_give_the_figures_benchmarks_quotes():
+    proc = pool("--a", "fused-loss=true", "--json", *RESULTS)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    drift = {(Path(r["file"]).stem, r["name"]): round(r["drift"], 4) for r in result["runs"]}
+    assert drift[("run27-parity-set", "b@1337")] == -0.0093
+    assert drift[("run37-loss-epilogue-mlp", "b@1337")] == 0.0297
+    assert (drift[("run39-loss-epilogue-mlp-twice", "a@1337")], drift[("run39-loss-epilogue-mlp-twice", "b@1337")]) == \
+        (0.0236, -0.0221)
+    epilogue = next(s for c, s in result["configs"].items() if c.endswith("loss-epilogue=true"))
+    assert epilogue["runs"] == 10 and round(epilogue["mean"], 4) == -0.0049 and round(epilogue["stderr"], 4) == 0.0057
+    assert {s: round(v["a_spread"], 4) for s, v in result["seeds"].items()} == {"1234": 0.0024, "1337": 0.0096, "2": 0.0074}
