@@ -20,6 +20,9 @@ logits and the gradient w.r.t. h come out in the compute dtype, the gradient w.r
 fp8_logits=False the logits matmul stays in the compute dtype (the loss and softmax are the bf16 path's)
 and only the two gradient matmuls run in FP8. That changes the numerics (see BENCHMARKS.md for its loss
 parity); it applies where every dimension is a multiple of 16.
+
+With epilogue=True the training path is quack's instead (model/lce_epilogue.py: the softmax in the logits
+GEMM's epilogue, over the padded vocabulary); the loss without gradients stays here, over the same columns.
 """
 
 from __future__ import annotations
