@@ -20,9 +20,11 @@ $GPTFORGE_BENCH_OUT/throughput.json (or ./throughput.json), rewritten after ever
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -65,6 +67,9 @@ LEVERS = {lv.name: lv for lv in (
           "+3-5%: the softmax's exps and sums ride in the logits GEMM's epilogue and the gradient GEMMs rescale "
           "what it stored, so the xent kernel's pass over the logits (~3.4 ms of a ~59 ms step) goes, if quack's "
           "three GEMMs keep cuBLAS's speed", "quack"),
+    Lever("automatic-gc", ("gc-interval=0",),
+          "-0-3%: Python's automatic collector; its full collections walk the compiled graphs' and the CuTe DSL's "
+          "objects mid-run, and a host stall longer than the one queued step's slack idles the GPU"),
     Lever("apex-fused-adam", ("apex-fused-adam=true",),
           "±1%: apex FusedAdam and torch's fused AdamW are both one multi-tensor kernel over the parameters "
           "(~1.4 ms of a 68 ms step); apex's also runs outside the compiled graph", "apex.optimizers"),
@@ -108,7 +113,7 @@ LEVERS = {lv.name: lv for lv in (
     Lever("torchao-float8-rowwise", ("float8=rowwise",),
           "below tensorwise: per-row scales cost more in the cast and the GEMM epilogue", "torchao.float8"),
 )}
-DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "reference-loss", "fp8-output", "fp8-output-gradients", "loss-epilogue", "apex-fused-adam", "coordinate-descent",
+DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "reference-loss", "fp8-output", "fp8-output-gradients", "loss-epilogue", "automatic-gc", "apex-fused-adam", "coordinate-descent",
                   "cudnn-attention", "flash4-attention", "gelu-epilogue", "bf16-residual", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x",
                   "flash-attention", "eager", "max-autotune", "te", "te-fp8-delayed", "te-fp8-current",
                   "torchao-float8-tensorwise", "torchao-float8-rowwise")
@@ -177,10 +182,12 @@ def measure_gptforge(spec: dict) -> dict:
         for _ in range(spec["steps"]):
             trainer.train_step()  # reads the loss at once: a host sync every step, as nanoGPT's bench.py
         synced_seconds = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for last in trainer.steps(trainer.step + spec["steps"]):  # the training loop's own way: one step queued ahead
-            pass
-        seconds = time.perf_counter() - t0
+        step_ms = []
+        with CollectorWatch() as collections:
+            t0 = time.perf_counter()
+            for last in trainer.steps(trainer.step + spec["steps"]):  # the training loop's own way: one step queued ahead
+                step_ms.append(last["step_ms"])
+            seconds = time.perf_counter() - t0
         profile = profile_steps(trainer, spec["profile"]) if spec.get("profile") else None
     finally:
         trainer.metrics.close()
@@ -194,12 +201,39 @@ def measure_gptforge(spec: dict) -> dict:
     return {"tokens_per_s": tok_s, "ms_per_step": 1e3 * seconds / spec["steps"], "steps": spec["steps"],
             "tokens_per_s_synced": synced_tok_s, "ms_per_step_synced": 1e3 * synced_seconds / spec["steps"],
             "warmup": spec["warmup"], "mfu": mfu(trainer.flops_per_token, tok_s, trainer.peak),
+            "step_ms_median": statistics.median(step_ms), "step_ms_max": max(step_ms),
+            "gc_collections": collections.summary(),
             "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
             "final_loss": last["loss"], "flops_per_token": trainer.flops_per_token, "notes": trainer.notes,
             "graph_breaks": sum(counters["graph_break"].values()),
             "graph_break_reasons": sorted(counters["graph_break"], key=counters["graph_break"].get)[-3:],
             "device_name": trainer.peak.device_name, "peak_tflops": (trainer.peak.bf16_flops or 0) / 1e12,
             "torch": torch.__version__, "profile": profile}
+
+
+class CollectorWatch:
+    """Python's garbage collections while it is open: count and host milliseconds per generation."""
+
+    def __enter__(self) -> CollectorWatch:
+        self.started: float | None = None
+        self.seen = {0: [0, 0.0], 1: [0, 0.0], 2: [0, 0.0]}
+        gc.callbacks.append(self.on_collection)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self.on_collection)
+
+    def on_collection(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self.started = time.perf_counter()
+        elif self.started is not None:
+            counts = self.seen[info["generation"]]
+            counts[0] += 1
+            counts[1] += 1e3 * (time.perf_counter() - self.started)
+            self.started = None
+
+    def summary(self) -> dict:
+        return {f"gen{g}": {"count": n, "ms": round(ms, 2)} for g, (n, ms) in self.seen.items()}
 
 
 def profile_steps(trainer, path: str, steps: int = 3) -> dict:
@@ -414,6 +448,10 @@ def print_comparison_row(row: dict) -> None:
     print(f"  gptforge  {fmt_rate(g)}")
     if "tokens_per_s_synced" in g:
         print(f"            {g['tokens_per_s_synced']:,.0f} tok/s, {g['ms_per_step_synced']:.1f} ms/step reading each step's loss at once")
+    if "step_ms_median" in g:
+        full = g["gc_collections"]["gen2"]
+        print(f"            steps {g['step_ms_median']:.1f} ms median, {g['step_ms_max']:.1f} max; "
+              f"{full['count']} full garbage collections ({full['ms']:.0f} ms)")
     if g.get("graph_breaks"):
         print(f"            graph breaks: {g['graph_breaks']} ({'; '.join(g['graph_break_reasons'])})")
     if row["nanogpt"] is not None:

@@ -58,6 +58,8 @@ def test_cpu_dry_run_measures_baseline_and_levers_and_writes_json(tmp_path):
     data = json.loads((tmp_path / "throughput.json").read_text())
     base = data["comparison"][0]["gptforge"]
     assert base["tokens_per_s"] > 0 and base["steps"] == 2 and base["graph_breaks"] == 0
+    assert 0 < base["step_ms_median"] <= base["step_ms_max"]
+    assert set(base["gc_collections"]) == {"gen0", "gen1", "gen2"}
     assert data["comparison"][0]["nanogpt"] is None  # no --nanogpt
     levers = {row["lever"]: row for row in data["levers"]}
     assert levers["fused-loss"]["overrides"] == ["fused-loss=true"]

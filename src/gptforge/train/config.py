@@ -112,6 +112,7 @@ class TrainConfig:
     save_interval: int
     keep_last: int
     log_interval: int
+    gc_interval: int
     # data
     data_path: list
     split: str
@@ -286,7 +287,7 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
     for attr in positive:
         if getattr(cfg, attr) <= 0:
             raise UsageError(key_name(attr), f"must be positive, got {getattr(cfg, attr)}", "set a value > 0")
-    non_negative = ("min_lr", "lr_warmup_iters", "lr_decay_iters", "weight_decay", "adam_eps", "clip_grad")
+    non_negative = ("min_lr", "lr_warmup_iters", "lr_decay_iters", "weight_decay", "adam_eps", "clip_grad", "gc_interval")
     for attr in non_negative:
         if getattr(cfg, attr) < 0:
             raise UsageError(key_name(attr), f"must be >= 0, got {getattr(cfg, attr)}", "set a value >= 0")

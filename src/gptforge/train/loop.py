@@ -25,6 +25,7 @@ from gptforge.model.loss import fp8_fits
 from gptforge.model.scaled_mm import fp8_matmul_gpu
 from gptforge.model.xent import kernel_name as xent_kernel_name
 from gptforge.train import checkpoint, data as datamod, distributed, rundir
+from gptforge.train.collector import ScheduledCollector
 from gptforge.train.config import TrainConfig, validate
 from gptforge.train.engine import DeepSpeedEngine, TorchEngine, read_deepspeed_config
 from gptforge.train.estimate import estimate
@@ -174,6 +175,7 @@ class Trainer:
         self.console = console or Console(soft_wrap=True)
         self.notes: list[str] = []
         self.last_step_done = 0.0  # host clock when the last step's loss was read
+        self.collector = ScheduledCollector(cfg.gc_interval)
 
     # ---- checks that need no GPU --------------------------------------------------------------
     def preflight(self) -> None:
@@ -340,14 +342,16 @@ class Trainer:
         loss is read, so the device never waits for the host's reads; a step after which the loop
         evaluates or saves, and the last, is read before anything else is queued."""
         pending = None
-        while self.step < until:
-            launched = self.launch_step(on_micro)
-            if pending is not None:
-                yield self.finish_step(pending)
-            pending = launched
-            if self.syncs_after(self.step) or self.step == until:
-                yield self.finish_step(pending)
-                pending = None
+        with self.collector:
+            while self.step < until:
+                launched = self.launch_step(on_micro)
+                self.collector.after_step(self.step)  # while the GPU runs the step just queued
+                if pending is not None:
+                    yield self.finish_step(pending)
+                pending = launched
+                if self.syncs_after(self.step) or self.step == until:
+                    yield self.finish_step(pending)
+                    pending = None
 
     def syncs_after(self, step: int) -> bool:
         cfg = self.cfg
