@@ -7,7 +7,8 @@ Each kernel runs as the model calls it: from one (batch, seq, 3·width) qkv tens
 output. Per kernel: SDPA's cuDNN attention and FlashAttention 2 (PyTorch's own flash kernel), with the
 transposes in and the copy out that SDPA's layout needs, and FlashAttention 4 (`flash_attn.cute`, the
 flash-attn-4 package) through gptforge's custom ops (`model/flash4.py`), which need neither and write
-the gradients of q, k and v into one qkv-shaped tensor. Times (CUDA events, after warm-up) forward
+the gradients of q, k and v into one qkv-shaped tensor, and cuDNN's forward with FA4's backward
+(cudnn-flash4, the same ops). Times (CUDA events, after warm-up) forward
 alone and forward + backward, the host time to issue a forward + backward (where it reaches the GPU
 time, Python and launches bound the kernel), TFLOP/s counting the causal half (forward 2·2·B·H·T²·D / 2,
 backward 2.5× that), and the largest difference of the output and of each gradient from cuDNN's. Each
@@ -44,7 +45,7 @@ def sdpa(backend: SDPBackend):
 
 
 KERNELS = {"cudnn": sdpa(SDPBackend.CUDNN_ATTENTION), "flash2": sdpa(SDPBackend.FLASH_ATTENTION),
-           "flash4": flash4_attention}
+           "flash4": flash4_attention, "cudnn-flash4": lambda qkv, heads: flash4_attention(qkv, heads, "cudnn")}
 
 
 def measure(attend, shape: tuple[int, int, int, int], grad_out, reference, args) -> dict:
@@ -89,7 +90,7 @@ def run(args) -> list[dict]:
     for name, attend in KERNELS.items():
         for shape in shapes:
             row = {"kernel": name, "batch": shape[0], "seq": shape[1], "heads": shape[2], "head_dim": shape[3]}
-            if name == "flash4" and fa4_error:
+            if name.endswith("flash4") and fa4_error:
                 row["skipped"] = fa4_error
             else:
                 try:
@@ -102,13 +103,13 @@ def run(args) -> list[dict]:
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"\n{'kernel':8} {'heads':>5} {'fwd ms':>8} {'fwd+bwd ms':>11} {'host ms':>8} {'fwd TF/s':>9} {'bwd TF/s':>9} "
+    print(f"\n{'kernel':12} {'heads':>5} {'fwd ms':>8} {'fwd+bwd ms':>11} {'host ms':>8} {'fwd TF/s':>9} {'bwd TF/s':>9} "
           f"{'max|Δout|':>10} {'max|Δgrad|':>11} {'compiled':>10}")
     for r in rows:
         if "fwd_ms" not in r:
-            print(f"{r['kernel']:8} {r['heads']:>5} {r.get('skipped') or r.get('error')}")
+            print(f"{r['kernel']:12} {r['heads']:>5} {r.get('skipped') or r.get('error')}")
             continue
-        print(f"{r['kernel']:8} {r['heads']:>5} {r['fwd_ms']:8.3f} {r['fwd_bwd_ms']:11.3f} {r['host_ms']:8.3f} {r['fwd_tflops']:9.0f} "
+        print(f"{r['kernel']:12} {r['heads']:>5} {r['fwd_ms']:8.3f} {r['fwd_bwd_ms']:11.3f} {r['host_ms']:8.3f} {r['fwd_tflops']:9.0f} "
               f"{r['bwd_tflops']:9.0f} {r['max_abs_out']:10.2e} {r['max_abs_grad']:11.2e} "
               f"{r['compiled_max_abs_grad']:10.2e}")
 

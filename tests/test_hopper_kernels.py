@@ -1,4 +1,4 @@
-"""attention-backend=flash4 and gelu-epilogue: on only where they can run, a note saying why not elsewhere;
+"""attention-backend=flash4 (and cudnn-flash4) and gelu-epilogue: on only where they can run, a note saying why not elsewhere;
 on a Hopper/Blackwell GPU with flash-attn-4 and quack-kernels, the same numbers as the torch paths."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from gptforge.model import kernels
-from gptforge.model.flash4 import flash4_attention, flash4_bwd, flash4_fwd
+from gptforge.model.flash4 import cudnn_fwd, flash4_attention, flash4_bwd, flash4_fwd
 from gptforge.model.layers import LayerBackend
 from gptforge.probe.machine import Machine
 from gptforge.core.installed import dsl_directory, outside_site_packages
@@ -31,8 +31,9 @@ def hopper_here(monkeypatch):
     monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
 
 
-def test_flash4_is_a_valid_attention_backend():
-    cfg, _ = load_config("gpt2-tiny", ["attention-backend=flash4"])
+@pytest.mark.parametrize("name", ["flash4", "cudnn-flash4"])
+def test_flash4_is_a_valid_attention_backend(name):
+    cfg, _ = load_config("gpt2-tiny", [f"attention-backend={name}"])
     validate(cfg)
 
 
@@ -55,11 +56,30 @@ def test_flash4_on_a_hopper_without_what_it_needs_says_which(hopper_here, monkey
     assert backend.attention == "auto"
 
 
-def test_flash4_with_everything_in_place_stays_on(hopper_here, monkeypatch):
+def test_cudnn_flash4_asked_for_on_a_cpu_falls_back_to_sdpa_with_the_reason():
+    backend = LayerBackend(attention="cudnn-flash4")
+    note = kernels.use_flash4(backend, CPU, dropout=0.0)
+    assert backend.attention == "auto"
+    assert note == ("cuDNN forward + FlashAttention 4 backward asked for but needs an sm_90 or sm_100 GPU: "
+                    "SDPA's own choice of kernel")
+
+
+def test_cudnn_flash4_without_cudnn_says_so(hopper_here, monkeypatch):
+    monkeypatch.setattr(kernels, "FA4_MODULE", "json")
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: False)
+    backend = LayerBackend(attention="cudnn-flash4")
+    assert "but its forward needs torch built with cuDNN" in kernels.use_flash4(backend, CPU, 0.0)
+    assert backend.attention == "auto"
+
+
+@pytest.mark.parametrize("name, says", [("flash4", "attention: FlashAttention 4 (flash_attn.cute)"),
+                                        ("cudnn-flash4", "attention: cuDNN's forward")])
+def test_flash4_with_everything_in_place_stays_on(hopper_here, monkeypatch, name, says):
     monkeypatch.setattr(kernels, "FA4_MODULE", "json")  # any importable module stands for flash_attn.cute
-    backend = LayerBackend(attention="flash4")
-    assert kernels.use_flash4(backend, CPU, 0.0).startswith("attention: FlashAttention 4")
-    assert backend.attention == "flash4"
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
+    backend = LayerBackend(attention=name)
+    assert kernels.use_flash4(backend, CPU, 0.0).startswith(says)
+    assert backend.attention == name
 
 
 def test_other_attention_backends_get_no_flash4_note():
@@ -134,9 +154,10 @@ def test_the_doctor_warns_where_quack_would_fail():
     assert check_hopper_kernels(Machine.from_json(data)) == []
 
 
-def test_flash4_ops_have_shapes_for_the_compiler():
+@pytest.mark.parametrize("forward", [flash4_fwd, cudnn_fwd])
+def test_flash4_ops_have_shapes_for_the_compiler(forward):
     qkv = torch.empty(2, 16, 3 * 4 * 8, device="meta", dtype=torch.bfloat16)
-    out, lse = flash4_fwd(qkv, 4, 0.35)
+    out, lse = forward(qkv, 4, 0.35)
     assert (out.shape, out.dtype, lse.shape, lse.dtype) == ((2, 16, 4, 8), torch.bfloat16, (2, 4, 16), torch.float32)
     assert flash4_attention(qkv, 4).shape == (2, 16, 32)
     assert flash4_bwd(torch.empty_like(out), qkv, out, lse, 4, 0.35).shape == qkv.shape
@@ -170,15 +191,29 @@ class MathFA4:
         return dq, dk, dv
 
 
+def math_cudnn(q, k, v, attn_bias, compute_log_sumexp, dropout_p, is_causal, return_debug_mask, scale):
+    """aten._scaled_dot_product_cudnn_attention as the op calls it, in float32 on the CPU: (batch, heads,
+    seq, head_dim) strided views in, the output in q's memory layout and a (batch, heads, seq, 1) natural-log
+    log-sum-exp out, as cuDNN gives them."""
+    assert attn_bias is None and compute_log_sumexp and is_causal and not dropout_p and q.stride(-1) == 1
+    scores = torch.einsum("bhqd,bhkd->bhqk", q.float(), k.float()) * scale
+    scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+    out = torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1), v.float()).to(q.dtype)
+    out = out.transpose(1, 2).contiguous().transpose(1, 2)  # q's layout: (batch, seq, heads, head_dim) in memory
+    return out, torch.logsumexp(scores, dim=-1, keepdim=True), None, None, q.shape[2], k.shape[2], None, None, None
+
+
 @pytest.mark.parametrize("compiled", [False, True])
-def test_flash4_ops_carry_qkv_and_its_gradient_whole(monkeypatch, compiled):
+@pytest.mark.parametrize("forward", ["flash4", "cudnn"])
+def test_flash4_ops_carry_qkv_and_its_gradient_whole(monkeypatch, compiled, forward):
     from gptforge.model import flash4
 
     monkeypatch.setattr(flash4, "_fa4", MathFA4)
+    monkeypatch.setattr(flash4, "_cudnn", lambda: math_cudnn)
     torch.manual_seed(0)
     qkv = torch.randn(2, 16, 3 * 4 * 8, requires_grad=True)
     attend = torch.compile(flash4_attention, fullgraph=True) if compiled else flash4_attention
-    out = attend(qkv, 4)
+    out = attend(qkv, 4, forward)
     grad_out = torch.randn_like(out)
     out.backward(grad_out)
     got = qkv.grad.clone()
@@ -190,14 +225,16 @@ def test_flash4_ops_carry_qkv_and_its_gradient_whole(monkeypatch, compiled):
     torch.testing.assert_close(got, qkv.grad)
 
 
-def test_gpt_with_flash4_computes_what_sdpa_does(monkeypatch):
+@pytest.mark.parametrize("name", ["flash4", "cudnn-flash4"])
+def test_gpt_with_flash4_computes_what_sdpa_does(monkeypatch, name):
     from gptforge.model import GPT, ModelConfig, flash4
 
     monkeypatch.setattr(flash4, "_fa4", MathFA4)
+    monkeypatch.setattr(flash4, "_cudnn", lambda: math_cudnn)
     cfg = ModelConfig(num_layers=2, hidden_size=32, num_attention_heads=4, max_position_embeddings=16, vocab_size=100)
     torch.manual_seed(0)
     reference = GPT(cfg)
-    model = GPT(cfg, LayerBackend(attention="flash4"))
+    model = GPT(cfg, LayerBackend(attention=name))
     model.load_state_dict(reference.state_dict())
     x = torch.randint(0, cfg.vocab_size, (2, 16))
     losses = [m(x, x)[1] for m in (reference, model)]
@@ -233,11 +270,12 @@ def needs(module: str):
 @hopper
 @needs("flash_attn")
 @pytest.mark.parametrize("compiled", [False, True])
-def test_on_gpu_flash4_attention_matches_sdpa_in_float32(compiled):
+@pytest.mark.parametrize("forward", ["flash4", "cudnn"])
+def test_on_gpu_flash4_attention_matches_sdpa_in_float32(compiled, forward):
     torch.manual_seed(0)
     qkv = torch.randn(2, 256, 3 * 4 * 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     attend = torch.compile(flash4_attention, fullgraph=True) if compiled else flash4_attention
-    out = attend(qkv, 4)
+    out = attend(qkv, 4, forward)
     grad_out = torch.randn_like(out)
     out.backward(grad_out)
     got = qkv.grad.clone()  # dq, dk, dv written by FA4 into the slices of one tensor
@@ -247,6 +285,20 @@ def test_on_gpu_flash4_attention_matches_sdpa_in_float32(compiled):
     ref.backward(grad_out.float())
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(got.float(), qkv.grad.float(), atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.gpu
+@hopper
+@needs("flash_attn")
+def test_on_gpu_cudnn_gives_fa4_its_output_layout_and_log_sum_exp_without_copies():
+    torch.manual_seed(0)
+    qkv = torch.randn(4, 1024, 3 * 12 * 64, device="cuda", dtype=torch.bfloat16)
+    q, k, v = (t.view(4, 1024, 12, 64).transpose(1, 2) for t in qkv.split(12 * 64, dim=2))
+    out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, True, False, scale=0.125)[:2]
+    assert out.transpose(1, 2).is_contiguous() and lse.shape == (4, 12, 1024, 1) and lse.is_contiguous()
+    fa4_out, fa4_lse = flash4_fwd(qkv, 12, 0.125)
+    torch.testing.assert_close(lse.view(4, 12, 1024), fa4_lse, atol=1e-3, rtol=0)  # the same natural-log convention
+    torch.testing.assert_close(out.transpose(1, 2), fa4_out, atol=1e-2, rtol=1e-2)
 
 
 @pytest.mark.gpu

@@ -6,6 +6,11 @@ backward writes dq, dk and dv into the slices of one qkv-shaped gradient, so not
 torch.compile sees one opaque op per direction (forward: output and log-sum-exp; backward: the qkv
 gradient), so the graph around them still fuses. FA4's kernels are compiled by the CuTe DSL on first
 use per shape and cached by it.
+
+The forward can instead come from cuDNN (``gptforge::cudnn_fwd``, attention-backend=cudnn-flash4): at
+head dim 64 its forward kernel is the faster one and FA4's backward the faster one. cuDNN returns the
+output in the query's memory layout and the natural-log log-sum-exp FA4's backward takes, so the two
+meet without a copy.
 """
 
 from __future__ import annotations
@@ -34,11 +39,27 @@ def flash4_fwd(qkv: Tensor, heads: int, scale: float) -> tuple[Tensor, Tensor]:
     return out, lse
 
 
-@flash4_fwd.register_fake
-def _(qkv, heads, scale):
+def _cudnn():
+    return torch.ops.aten._scaled_dot_product_cudnn_attention
+
+
+@torch.library.custom_op("gptforge::cudnn_fwd", mutates_args=())
+def cudnn_fwd(qkv: Tensor, heads: int, scale: float) -> tuple[Tensor, Tensor]:
+    batch, seq, _ = qkv.shape
+    q, k, v = (t.transpose(1, 2) for t in _heads(qkv, heads))
+    out, lse = _cudnn()(q, k, v, None, True, 0.0, True, False, scale=scale)[:2]
+    # out is (batch, heads, seq, head_dim) laid out as q is, so both of these are views, not copies
+    return out.transpose(1, 2).contiguous(), lse.reshape(batch, heads, seq).contiguous()
+
+
+def _fwd_shapes(qkv, heads, scale):
     batch, seq, width3 = qkv.shape
     return (qkv.new_empty(batch, seq, heads, width3 // (3 * heads)),
             qkv.new_empty(batch, heads, seq, dtype=torch.float32))
+
+
+flash4_fwd.register_fake(_fwd_shapes)
+cudnn_fwd.register_fake(_fwd_shapes)
 
 
 @torch.library.custom_op("gptforge::flash4_bwd", mutates_args=())
@@ -67,11 +88,13 @@ def _backward(ctx, dout, _dlse):
 
 
 flash4_fwd.register_autograd(_backward, setup_context=_setup_context)
+cudnn_fwd.register_autograd(_backward, setup_context=_setup_context)
+FORWARDS = {"flash4": flash4_fwd, "cudnn": cudnn_fwd}
 
 
-def flash4_attention(qkv: Tensor, heads: int) -> Tensor:
+def flash4_attention(qkv: Tensor, heads: int, forward: str = "flash4") -> Tensor:
     """Causal softmax(q kᵀ / √head_dim) v for QKV (batch, seq, 3·width) holding q, k, v side by side;
-    the output is (batch, seq, width)."""
+    the output is (batch, seq, width). FORWARD: whose forward kernel (flash4 or cudnn); the backward is FA4's."""
     batch, seq, width3 = qkv.shape
-    out, _ = flash4_fwd(qkv, heads, (width3 // (3 * heads)) ** -0.5)
+    out, _ = FORWARDS[forward](qkv, heads, (width3 // (3 * heads)) ** -0.5)
     return out.view(batch, seq, width3 // 3)

@@ -10,7 +10,7 @@ from torch import nn
 
 from gptforge.model.config import ModelConfig
 from gptforge.model.flash4 import flash4_attention
-from gptforge.model.layers import LayerBackend, attention_kernel, make_layer_norm, make_linear
+from gptforge.model.layers import FLASH4_FORWARDS, LayerBackend, attention_kernel, make_layer_norm, make_linear
 from gptforge.model.loss import linear_cross_entropy
 
 INIT_STD = 0.02
@@ -30,8 +30,8 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, width = x.shape
         qkv = self.qkv(x)
-        if self.kernel == "flash4":  # no transposes, no concatenation of the gradients
-            return self.resid_dropout(self.proj(flash4_attention(qkv, self.heads)))
+        if self.kernel in FLASH4_FORWARDS:  # no transposes, no concatenation of the gradients
+            return self.resid_dropout(self.proj(flash4_attention(qkv, self.heads, FLASH4_FORWARDS[self.kernel])))
         q, k, v = (t.view(batch, seq, self.heads, width // self.heads).transpose(1, 2) for t in qkv.split(width, dim=2))
         with attention_kernel(self.kernel):
             y = F.scaled_dot_product_attention(

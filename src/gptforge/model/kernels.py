@@ -1,7 +1,8 @@
 """Hopper/Blackwell kernels from outside packages, each on only when asked for, installed and the GPU can run it.
 
 - ``attention-backend = "flash4"``: FlashAttention 4's Hopper/Blackwell kernels (the flash-attn-4
-  package), called through the custom ops of ``model/flash4.py`` in place of SDPA.
+  package), called through the custom ops of ``model/flash4.py`` in place of SDPA; ``"cudnn-flash4"``:
+  cuDNN's forward kernel with FA4's backward, through the same ops.
 - ``gelu-epilogue = true``: the MLP of model/mlp_epilogue.py, bias + GELU in the up-projection's
   epilogue and GELU's derivative with the bias gradient in the down-projection's input-gradient GEMM
   (quack-kernels' GEMMs; no GELU kernels of their own).
@@ -17,7 +18,7 @@ import torch
 
 from gptforge.core.installed import dsl_directory, outside_site_packages
 from gptforge.model.flash4 import MODULE as FA4_MODULE
-from gptforge.model.layers import LayerBackend, import_error
+from gptforge.model.layers import FLASH4_FORWARDS, LayerBackend, import_error
 from gptforge.model.lce_epilogue import epilogue_fits
 
 QUACK_MODULE = "quack.epilogue.library"  # what model/mlp_epilogue.py imports
@@ -34,7 +35,8 @@ def hopper(device: torch.device) -> bool:
 
 
 def use_flash4(backend: LayerBackend, device: torch.device, dropout: float) -> str | None:
-    if backend.attention != "flash4":
+    """attention-backend flash4 (FA4 both ways) or cudnn-flash4 (cuDNN's forward, FA4's backward)."""
+    if backend.attention not in FLASH4_FORWARDS:
         return None
     why = None
     if not hopper_or_blackwell(device):
@@ -43,9 +45,15 @@ def use_flash4(backend: LayerBackend, device: torch.device, dropout: float) -> s
         why = f"has no dropout (dropout={dropout})"
     elif (error := import_error(FA4_MODULE)) is not None:
         why = f"is not importable ({error}; pip install flash-attn-4)"
+    elif backend.attention == "cudnn-flash4" and not torch.backends.cudnn.is_available():
+        why = "its forward needs torch built with cuDNN"
     if why:
+        asked = "FlashAttention 4" if backend.attention == "flash4" else "cuDNN forward + FlashAttention 4 backward"
         backend.attention = "auto"
-        return f"FlashAttention 4 asked for but {why}: SDPA's own choice of kernel"
+        return f"{asked} asked for but {why}: SDPA's own choice of kernel"
+    if backend.attention == "cudnn-flash4":
+        return ("attention: cuDNN's forward (through SDPA's cuDNN op) and FlashAttention 4's backward (flash_attn.cute), "
+                "causal, as custom ops in the compiled graph")
     return "attention: FlashAttention 4 (flash_attn.cute), causal, as custom ops in the compiled graph"
 
 

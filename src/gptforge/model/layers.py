@@ -21,7 +21,9 @@ ATTENTION_BACKENDS = {
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "math": SDPBackend.MATH,
 }
-ATTENTION_CHOICES = (*ATTENTION_BACKENDS, "flash4")  # flash4: FlashAttention 4 outside SDPA (model/flash4.py)
+# FlashAttention 4 outside SDPA (model/flash4.py): attention-backend -> whose forward kernel runs before FA4's backward
+FLASH4_FORWARDS = {"flash4": "flash4", "cudnn-flash4": "cudnn"}
+ATTENTION_CHOICES = (*ATTENTION_BACKENDS, *FLASH4_FORWARDS)
 
 
 def import_error(module: str) -> str | None:
@@ -55,7 +57,7 @@ class LayerBackend:
 def resolve_backend(apex_layernorm: bool = False, transformer_engine: bool = False, attention: str = "auto",
                     loss_chunk: int = 0) -> LayerBackend:
     backend = LayerBackend(attention=attention, loss_chunk=loss_chunk)
-    if attention not in ("auto", "flash4"):  # flash4's note comes from model/kernels.py, which knows the GPU
+    if attention != "auto" and attention not in FLASH4_FORWARDS:  # those notes come from model/kernels.py, which knows the GPU
         backend.notes.append(f"attention: SDPA pinned to the {attention} kernel")
     if loss_chunk:
         backend.notes.append(f"loss: fused output layer + cross-entropy, {loss_chunk} tokens per chunk (no full logits)")
