@@ -94,14 +94,3 @@ def test_nanogpt_bench_runs_unmodified_at_our_shape_and_min_ratio_decides(tmp_pa
     assert proc.returncode == 1 and "below --min-ratio 1000" in proc.stdout
     assert {p.name: p.read_bytes() for p in NANOGPT.iterdir() if p.is_file()} == before  # nothing written there
 
-
-def test_inductor_options_from_a_lever_environment_are_set_and_checked(monkeypatch):
-    import torch._inductor.config as inductor
-
-    monkeypatch.setattr(inductor, "combo_kernels", False)
-    monkeypatch.setattr(inductor, "combo_kernel_max_num_nodes", 8)
-    throughput.apply_inductor_env("combo_kernels=1,combo_kernel_max_num_nodes=4")
-    assert inductor.combo_kernels is True and inductor.combo_kernel_max_num_nodes == 4
-    with pytest.raises(ValueError, match="no option 'no_such_option'"):
-        throughput.apply_inductor_env("no_such_option=1")
-    assert throughput.LEVERS["combo-kernels"].env == (f"{throughput.INDUCTOR_ENV}=combo_kernels=1",)

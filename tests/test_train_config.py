@@ -218,3 +218,17 @@ def test_a_config_toml_of_an_older_run_still_loads(tmp_path):
     path = tmp_path / "config.toml"
     path.write_text("\n".join(lines) + "\n")
     assert load_config(str(path))[0] == cfg
+
+
+@pytest.mark.parametrize("keys, expected", [
+    (["compile-mode=reduce-overhead"], {"mode": "reduce-overhead"}),
+    (["compile-mode=default"], {"mode": None}),
+    (["compile-mode=reduce-overhead", "compile-combo-kernels=true"],
+     {"options": {"triton.cudagraphs": True, "combo_kernels": True}}),
+    (["compile-combo-kernels=true"], {"options": {"combo_kernels": True}}),
+])
+def test_combo_kernels_go_with_the_modes_own_inductor_options(keys, expected):
+    from gptforge.train.loop import compile_arguments
+
+    cfg, _ = load_config("gpt2-tiny", keys)
+    assert compile_arguments(cfg) == expected

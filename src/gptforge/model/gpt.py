@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gptforge.model.bias_gemm import linear_bias_from_gemm
 from gptforge.model.config import ModelConfig
 from gptforge.model.flash4 import flash4_attention
 from gptforge.model.layers import FLASH4_FORWARDS, LayerBackend, attention_kernel, make_layer_norm, make_linear
@@ -22,6 +23,7 @@ class CausalSelfAttention(nn.Module):
         self.heads = cfg.num_attention_heads
         self.dropout = cfg.dropout
         self.kernel = backend.attention
+        self.qkv_bias_gemm = backend.qkv_bias_gemm
         self.qkv = make_linear(backend, cfg.hidden_size, 3 * cfg.hidden_size)
         self.proj = make_linear(backend, cfg.hidden_size, cfg.hidden_size)
         self.proj.residual_out = True
@@ -29,7 +31,10 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, seq, width = x.shape
-        qkv = self.qkv(x)
+        if self.qkv_bias_gemm:
+            qkv = linear_bias_from_gemm(*(autocast_dtype(t) for t in (x, self.qkv.weight, self.qkv.bias)))
+        else:
+            qkv = self.qkv(x)
         if self.kernel in FLASH4_FORWARDS:  # no transposes, no concatenation of the gradients
             return self.resid_dropout(self.proj(flash4_attention(qkv, self.heads, FLASH4_FORWARDS[self.kernel])))
         q, k, v = (t.view(batch, seq, self.heads, width // self.heads).transpose(1, 2) for t in qkv.split(width, dim=2))

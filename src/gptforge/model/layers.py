@@ -51,6 +51,7 @@ class LayerBackend:
     loss_fp8_logits: bool = True  # with loss_fp8: the logits matmul too (else only the two gradient matmuls)
     loss_epilogue: bool = False  # the fused loss's softmax in the logits GEMM's epilogue (quack, sm_90)
     bf16_residual: bool = False  # the residual stream in bf16 under bf16 autocast (float32 otherwise)
+    qkv_bias_gemm: bool = False  # the qkv projection's bias gradient from its weight-gradient GEMM (model/bias_gemm.py)
     notes: list[str] = field(default_factory=list)
 
 

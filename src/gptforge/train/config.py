@@ -127,6 +127,7 @@ class TrainConfig:
     tf32: bool
     compile: bool
     compile_mode: str
+    compile_combo_kernels: bool
     attention_backend: str
     fused_loss: bool
     fp8_output: bool
@@ -135,6 +136,7 @@ class TrainConfig:
     loss_chunk_tokens: int
     gelu_epilogue: bool
     bf16_residual: bool
+    qkv_bias_gemm: bool
     fused_adamw: bool
     apex_fused_adam: bool
     apex_layernorm: bool

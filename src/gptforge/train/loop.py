@@ -110,6 +110,29 @@ def bf16_residual(cfg: TrainConfig, backend: LayerBackend, precision: Precision)
     return "residual stream: bf16 (weights, LayerNorm statistics and weight gradients float32)"
 
 
+def compile_arguments(cfg: TrainConfig) -> dict:
+    """torch.compile's mode, or with combo kernels that mode's inductor options plus them (it takes one or the other)."""
+    mode = None if cfg.compile_mode == "default" else cfg.compile_mode
+    if not cfg.compile_combo_kernels:
+        return {"mode": mode}
+    from torch._inductor import list_mode_options
+
+    return {"options": {**list_mode_options(cfg.compile_mode), "combo_kernels": True}}
+
+
+def qkv_bias_gemm(cfg: TrainConfig, backend: LayerBackend) -> str | None:
+    """Take the qkv projection's bias gradient from its weight-gradient GEMM when asked for and the layer
+    is torch's own (TE's layers and torchao's float8 ones compute theirs); the note says which."""
+    if not cfg.qkv_bias_gemm:
+        return None
+    if backend.linear != "torch":
+        return "qkv bias gradient from the GEMM asked for but TransformerEngine layers are on: TE's linear layer"
+    if cfg.float8 != "off":
+        return f"qkv bias gradient from the GEMM asked for but float8={cfg.float8} is on: torchao's float8 layer"
+    backend.qkv_bias_gemm = True
+    return "qkv projection: bias gradient from the weight-gradient GEMM (columns of ones beside its input)"
+
+
 def fp8_output(cfg: TrainConfig, backend: LayerBackend, device: torch.device, padded_vocab: int) -> str | None:
     """Turn the FP8 output layer on in BACKEND when asked for and possible; the note says which."""
     if not cfg.fp8_output:
@@ -227,7 +250,7 @@ class Trainer:
         self.notes += backend.notes
         self.notes += [note for note in (use_flash4(backend, self.device, cfg.dropout),
                                          use_gelu_epilogue(backend, self.device, cfg.gelu_epilogue, cfg.float8),
-                                         bf16_residual(cfg, backend, precision)) if note]
+                                         bf16_residual(cfg, backend, precision), qkv_bias_gemm(cfg, backend)) if note]
         fp8_output_note = fp8_output(cfg, backend, self.device, mcfg.padded_vocab_size)
         loss_epilogue_note = use_loss_epilogue(backend, self.device, cfg.loss_epilogue, precision.name,
                                                mcfg.padded_vocab_size, mcfg.hidden_size)
@@ -250,8 +273,9 @@ class Trainer:
             self.notes.append(f"optimizer: {opt_note}")
             wrapped = self.model
             if cfg.compile:
-                wrapped = torch.compile(self.model, mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
-                self.notes.append(f"torch.compile: on, mode {cfg.compile_mode} (first steps include compilation)")
+                wrapped = torch.compile(self.model, **compile_arguments(cfg))
+                combo = ", combo kernels" if cfg.compile_combo_kernels else ""
+                self.notes.append(f"torch.compile: on, mode {cfg.compile_mode}{combo} (first steps include compilation)")
             if self.env.launched:
                 from torch.nn.parallel import DistributedDataParallel as DDP
 

@@ -1,0 +1,77 @@
+"""qkv-bias-gemm: the qkv projection's bias gradient from its weight-gradient GEMM gives nn.Linear's
+output and gradients; on only where torch's own linear layer runs, with a note otherwise."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gptforge.model import GPT, ModelConfig
+from gptforge.model.bias_gemm import ONES, linear_bias_from_gemm
+from gptforge.model.layers import LayerBackend
+from gptforge.train.config import load_config, validate
+from gptforge.train.loop import qkv_bias_gemm
+
+
+def operands(dtype):
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 16, dtype=dtype, requires_grad=True)
+    weight = torch.randn(48, 16, dtype=dtype, requires_grad=True)
+    bias = torch.randn(48, dtype=dtype, requires_grad=True)
+    return x, weight, bias
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_output_and_every_gradient_are_nn_linears(compiled):
+    dtype = torch.float32 if compiled else torch.float64
+    mine, theirs = operands(dtype), operands(dtype)
+    grad_out = torch.randn(3, 5, 48, dtype=dtype)
+    linear = torch.compile(linear_bias_from_gemm, fullgraph=True) if compiled else linear_bias_from_gemm
+    out = linear(*mine)
+    out.backward(grad_out)
+    ref = F.linear(*theirs)
+    ref.backward(grad_out)
+    torch.testing.assert_close(out, ref)
+    for got, want in zip(mine, theirs):
+        torch.testing.assert_close(got.grad, want.grad)
+    torch.testing.assert_close(mine[2].grad, grad_out.sum((0, 1)))  # the bias gradient is the column sum
+
+
+def test_the_gemm_sees_the_ones_beside_the_input():
+    """The saved wider input really carries the ones: the weight gradient's extra columns are the bias gradient."""
+    x, weight, bias = operands(torch.float64)
+    out = linear_bias_from_gemm(x, weight, bias)
+    wide, _ = out.grad_fn.saved_tensors
+    assert wide.shape == (15, 16 + ONES) and bool((wide[:, 16:] == 1).all())
+    torch.testing.assert_close(wide[:, :16], x.detach().reshape(15, 16))
+
+
+def test_gpt_with_the_bias_from_the_gemm_trains_as_the_default():
+    cfg = ModelConfig(num_layers=2, hidden_size=32, num_attention_heads=4, max_position_embeddings=16, vocab_size=100)
+    torch.manual_seed(0)
+    reference = GPT(cfg)
+    model = GPT(cfg, LayerBackend(qkv_bias_gemm=True))
+    model.load_state_dict(reference.state_dict())
+    x = torch.randint(0, cfg.vocab_size, (2, 16))
+    losses = [m(x, x)[1] for m in (reference, model)]
+    for loss in losses:
+        loss.backward()
+    torch.testing.assert_close(losses[1], losses[0])
+    for (name, mine), theirs in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("keys, linear, on, says", [
+    (["qkv-bias-gemm=true"], "torch", True, "qkv projection: bias gradient from the weight-gradient GEMM"),
+    (["qkv-bias-gemm=true"], "te", False, "but TransformerEngine layers are on"),
+    (["qkv-bias-gemm=true", "float8=rowwise"], "torch", False, "but float8=rowwise is on"),
+    ([], "torch", False, None),
+])
+def test_on_only_where_torchs_linear_layer_runs(keys, linear, on, says):
+    cfg, _ = load_config("gpt2-tiny", keys)
+    validate(cfg)
+    backend = LayerBackend(linear=linear)
+    note = qkv_bias_gemm(cfg, backend)
+    assert backend.qkv_bias_gemm is on
+    assert (note is None) if says is None else (says in note)
