@@ -86,6 +86,16 @@ def test_the_committed_runs_give_the_figures_benchmarks_quotes():
     assert drift[("run37-loss-epilogue-mlp", "b@1337")] == 0.0297
     assert (drift[("run39-loss-epilogue-mlp-twice", "a@1337")], drift[("run39-loss-epilogue-mlp-twice", "b@1337")]) == \
         (0.0236, -0.0221)
-    epilogue = next(s for c, s in result["configs"].items() if c.endswith("loss-epilogue=true"))
-    assert epilogue["runs"] == 10 and round(epilogue["mean"], 4) == -0.0049 and round(epilogue["stderr"], 4) == 0.0057
-    assert {s: round(v["a_spread"], 4) for s, v in result["seeds"].items()} == {"1234": 0.0024, "1337": 0.0096, "2": 0.0074}
+    assert (drift[("run42-parity-set-twice-cudnn-flash4-seed1337", "a@1337")],
+            drift[("run42-parity-set-twice-cudnn-flash4-seed1337", "a2@1337")]) == (-0.0042, -0.0115)
+    assert drift[("run50-fastest-seed1234", "b@1234")] == -0.0144
+    summary = {c.replace("fused-loss=true attention-backend=", "").replace(PARITY_REST, "P"): (s["runs"], round(s["mean"], 4),
+                                                                                              round(s["stderr"], 4) if s["stderr"] else None)
+               for c, s in result["configs"].items()}
+    assert summary == {"flash4 P": (5, -0.0063, 0.0017), "flash4 P loss-epilogue=true": (10, -0.0049, 0.0057),
+                       "cudnn-flash4 P": (5, -0.0097, 0.0032), "cudnn-flash4 P loss-epilogue=true": (3, -0.0088, 0.0007),
+                       "cudnn-flash4 P loss-epilogue=true qkv-bias-gemm=true": (1, -0.0144, None)}
+    assert {s: round(v["a_spread"], 4) for s, v in result["seeds"].items()} == {"1234": 0.0027, "1337": 0.0096, "2": 0.0074}
+
+
+PARITY_REST = "gelu-epilogue=true bf16-residual=true compile-mode=reduce-overhead"
