@@ -7,16 +7,20 @@ loss_parity.json files of several calls, takes as A every run whose own keys (it
 run keys, the data cache and the seed) are exactly --a, and prints, for every other run, its drift (mean
 of B - mean of A training loss over the last half of the steps, signed) against the mean of its seed's
 A runs, beside the drift against its own call's A; per seed the A runs' spread (the largest difference
-of two A runs' last-half means); per configuration the mean and standard error of its drifts.
+of two A runs' last-half means); per configuration the mean and standard error of its drifts. With
+--versus, every configuration's mean drift is also read against that configuration's: the difference and
+its standard error (the two standard errors combined), i.e. what a lever added on top of it moves.
 
     python3 bench/parity_pool.py --a fused-loss=true bench/results/loss_parity/*.json
     python3 bench/parity_pool.py --a fused-loss=true --json bench/results/loss_parity/*.json
+    python3 bench/parity_pool.py --a fused-loss=true --versus fused-loss=true,bf16-residual=true FILES
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -84,6 +88,22 @@ def pool(runs: list[dict], a: tuple[str, ...]) -> dict:
     return {"a": list(a), "seeds": {str(s): v for s, v in seeds.items()}, "runs": rows, "configs": summary}
 
 
+def versus(configs: dict, reference: tuple[str, ...]) -> dict:
+    """Each other configuration's mean drift less REFERENCE's, with the standard error of that difference."""
+    name = " ".join(reference)
+    if name not in configs:
+        raise BadInput(f"--versus {','.join(reference)}: no pooled run has exactly these own keys")
+    base = configs[name]
+    rows = {}
+    for config, s in configs.items():
+        if config == name:
+            continue
+        known = s["stderr"] is not None and base["stderr"] is not None
+        rows[config] = {"difference": s["mean"] - base["mean"],
+                        "stderr": math.hypot(s["stderr"], base["stderr"]) if known else None}
+    return {"config": list(reference), "differences": rows}
+
+
 def fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.4f}"
 
@@ -99,21 +119,28 @@ def show(result: dict) -> None:
     for config, s in result["configs"].items():
         stderr = "n/a" if s["stderr"] is None else f"{s['stderr']:.4f}"
         print(f"  {s['runs']} runs, {fmt(s['mean'])} ± {stderr}  {config}")
+    if "versus" in result:
+        print(f"per configuration against {' '.join(result['versus']['config'])}: difference of mean drifts ± standard error")
+        for config, d in result["versus"]["differences"].items():
+            stderr = "n/a" if d["stderr"] is None else f"{d['stderr']:.4f}"
+            print(f"  {fmt(d['difference'])} ± {stderr}  {config}")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/parity_pool.py", description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="+", type=Path, help="loss_parity.json files of bench/loss_parity.py")
     p.add_argument("--a", default="fused-loss=true", help="comma list: the own keys of the runs pooled as A")
+    p.add_argument("--versus", default=None, help="comma list: the own keys of a configuration to read the others against")
     p.add_argument("--json", action="store_true", help="the result as JSON on stdout")
     args = p.parse_args(argv)
     try:
         result = pool(load_runs(args.files), tuple(k for k in args.a.split(",") if k))
+        if not result["seeds"]:
+            raise BadInput(f"no run's own keys are exactly --a {args.a}: nothing to pool as A")
+        if args.versus:
+            result["versus"] = versus(result["configs"], tuple(k for k in args.versus.split(",") if k))
     except BadInput as err:
         print(f"parity_pool.py: {err}", file=sys.stderr)
-        return 2
-    if not result["seeds"]:
-        print(f"parity_pool.py: no run's own keys are exactly --a {args.a}: nothing to pool as A", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(result, indent=1))

@@ -51,6 +51,24 @@ def test_each_run_is_read_against_the_mean_of_its_seeds_a_runs_from_every_file(t
     assert summary["runs"] == 2 and summary["mean"] == pytest.approx(-0.3) and summary["stderr"] == pytest.approx(0.7)
 
 
+def test_versus_reads_each_configuration_against_another_with_the_combined_error(tmp_path):
+    runs = {"a@1": (["fused-loss=true", "seed=1"], [9, 9, 3.0, 3.0]), "a@2": (["fused-loss=true", "seed=2"], [9, 9, 2.0, 2.0])}
+    for seed, base in ((1, 3.0), (2, 2.0)):
+        runs[f"p@{seed}"] = (["fused-loss=true", "p=1", f"seed={seed}"], [9, 9, base + 0.1 * seed, base + 0.1 * seed])
+        runs[f"q@{seed}"] = (["fused-loss=true", "p=1", "q=1", f"seed={seed}"], [9, 9, base + 0.4 * seed, base + 0.4 * seed])
+    report(tmp_path / "r.json", runs)
+    proc = pool("--a", "fused-loss=true", "--versus", "fused-loss=true,p=1", "--json", tmp_path / "r.json")
+    assert proc.returncode == 0, proc.stderr
+    versus = json.loads(proc.stdout)["versus"]
+    assert versus["config"] == ["fused-loss=true", "p=1"] and list(versus["differences"]) == ["fused-loss=true p=1 q=1"]
+    diff = versus["differences"]["fused-loss=true p=1 q=1"]
+    assert diff["difference"] == pytest.approx(0.45)  # drifts 0.4, 0.8 against 0.1, 0.2
+    assert diff["stderr"] == pytest.approx((0.2 ** 2 + 0.05 ** 2) ** 0.5)  # s.e. 0.2 and 0.05 combined
+    missing = pool("--a", "fused-loss=true", "--versus", "x=1", tmp_path / "r.json")
+    assert missing.returncode == 2 and "--versus x=1: no pooled run has exactly these own keys" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+
+
 def test_files_of_different_shapes_are_refused_in_one_line(tmp_path):
     first = report(tmp_path / "one.json", {"a@1": (["fused-loss=true", "seed=1"], [1.0] * 4)})
     second = report(tmp_path / "two.json", {"a@1": (["fused-loss=true", "seed=1"], [1.0] * 6)}, steps=6)
@@ -96,6 +114,17 @@ def test_the_committed_runs_give_the_figures_benchmarks_quotes():
                        "cudnn-flash4 P": (5, -0.0097, 0.0032), "cudnn-flash4 P loss-epilogue=true": (3, -0.0088, 0.0007),
                        "cudnn-flash4 P loss-epilogue=true qkv-bias-gemm=true": (1, -0.0144, None)}
     assert {s: round(v["a_spread"], 4) for s, v in result["seeds"].items()} == {"1234": 0.0027, "1337": 0.0096, "2": 0.0074}
+
+
+def test_the_committed_runs_read_against_the_parity_set_give_what_benchmarks_quotes():
+    proc = pool("--a", "fused-loss=true", "--versus", f"fused-loss=true,attention-backend=flash4,{PARITY_REST.replace(' ', ',')}",
+                "--json", *RESULTS)
+    assert proc.returncode == 0, proc.stderr
+    moved = {c.replace("fused-loss=true attention-backend=", "").replace(PARITY_REST, "P"): (round(d["difference"], 4), d["stderr"] and round(d["stderr"], 4))
+             for c, d in json.loads(proc.stdout)["versus"]["differences"].items()}
+    assert moved["cudnn-flash4 P"] == (-0.0034, 0.0036)
+    assert moved["cudnn-flash4 P loss-epilogue=true"] == (-0.0024, 0.0019)
+    assert moved["flash4 P loss-epilogue=true"] == (0.0014, 0.006)
 
 
 PARITY_REST = "gelu-epilogue=true bf16-residual=true compile-mode=reduce-overhead"
