@@ -95,3 +95,18 @@ def test_a_negative_interval_is_a_usage_error():
     cfg, _ = load_config("gpt2-tiny", ["gc-interval=-1"])
     with pytest.raises(UsageError, match="gc-interval"):
         validate(cfg)
+
+
+def test_an_error_in_the_training_loop_hands_the_collector_back_while_the_error_is_still_held(tmp_path):
+    t = trainer(tmp_path, "gc-interval=2")
+    real = t.metrics.write
+
+    def failing(record):
+        if record.get("step") == 3:
+            raise OSError("disk full")
+        real(record)
+
+    t.metrics.write = failing
+    with pytest.raises(OSError, match="disk full") as held:
+        t.loop()
+    assert held.value is not None and gc.isenabled()  # the traceback (and the loop's frame) still alive here

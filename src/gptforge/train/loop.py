@@ -495,29 +495,36 @@ class Trainer:
                 evals = read_records(self.metrics.path, "eval")
                 result.first_val_loss = evals[0]["loss"] if evals and evals[0]["step"] == 0 else None
                 result.final_val_loss = evals[-1]["loss"] if evals and evals[-1]["step"] > 0 else None
+            # the generator lives on this frame's stack only, so an error here closes it (and hands the garbage
+            # collector back) as it unwinds, even while the error is still held
             for record in self.steps(cfg.train_iters, bar.advance):
-                result.final_train_loss = record["loss"]
-                if main:
-                    self.metrics.write(record)
-                    bar.info(f"loss {record['loss']:.4f}")
-                    if record["step"] % cfg.log_interval == 0 or record["step"] == 1:
-                        self.console.print(self.log_line(record))
-                if not self.syncs_after(record["step"]):
-                    continue  # the next step is already queued: evaluations and checkpoints wait for the steps they follow
-                if self.step % cfg.eval_interval == 0 or self.step == cfg.train_iters:
-                    result.final_val_loss = self.evaluate(bar.validation(cfg.eval_iters * self.accum))
-                    if main:
-                        self.metrics.write({"kind": "eval", "step": self.step, "loss": result.final_val_loss})
-                        self.console.print(f"step {self.step:>6}/{cfg.train_iters} | validation loss {result.final_val_loss:.4f}")
-                        result.plot = self.plot()  # at every evaluation: an interrupted run has one too
-                if self.step % cfg.save_interval == 0 or self.step == cfg.train_iters:
-                    result.last_checkpoint = self.save()
+                self.take_record(record, result, bar, main)
         if main:
             result.metrics = self.metrics.path
             result.tensorboard = self.run_dir / "tensorboard"
             result.plot = self.plot()
             result.last_checkpoint = checkpoint.latest(self.ckpt_root)
         return result
+
+    def take_record(self, record: dict, result: RunResult, bar, main: bool) -> None:
+        """Log a read step; after a step that syncs, evaluate and save as the config says."""
+        cfg = self.cfg
+        result.final_train_loss = record["loss"]
+        if main:
+            self.metrics.write(record)
+            bar.info(f"loss {record['loss']:.4f}")
+            if record["step"] % cfg.log_interval == 0 or record["step"] == 1:
+                self.console.print(self.log_line(record))
+        if not self.syncs_after(record["step"]):
+            return  # the next step is already queued: evaluations and checkpoints wait for the steps they follow
+        if self.step % cfg.eval_interval == 0 or self.step == cfg.train_iters:
+            result.final_val_loss = self.evaluate(bar.validation(cfg.eval_iters * self.accum))
+            if main:
+                self.metrics.write({"kind": "eval", "step": self.step, "loss": result.final_val_loss})
+                self.console.print(f"step {self.step:>6}/{cfg.train_iters} | validation loss {result.final_val_loss:.4f}")
+                result.plot = self.plot()  # at every evaluation: an interrupted run has one too
+        if self.step % cfg.save_interval == 0 or self.step == cfg.train_iters:
+            result.last_checkpoint = self.save()
 
 
 def train(cfg: TrainConfig, opts: RunOptions, data: datamod.DataSetup | None = None, console=None) -> RunResult:
