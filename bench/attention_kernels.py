@@ -45,7 +45,7 @@ def sdpa(backend: SDPBackend):
 
 
 KERNELS = {"cudnn": sdpa(SDPBackend.CUDNN_ATTENTION), "flash2": sdpa(SDPBackend.FLASH_ATTENTION),
-           "flash4": flash4_attention, "cudnn-flash4": lambda qkv, heads: flash4_attention(qkv, heads, "cudnn")}
+           "flash4": flash4_attention, "cudnn-flash4": lambda qkv, heads: flash4_attention(qkv, heads, "cudnn-flash4")}
 
 
 def measure(attend, shape: tuple[int, int, int, int], grad_out, reference, args) -> dict:

@@ -122,10 +122,12 @@ LEVERS = {lv.name: lv for lv in (
     Lever("torchao-float8-rowwise", ("float8=rowwise",),
           "below tensorwise: per-row scales cost more in the cast and the GEMM epilogue", "torchao.float8"),
 )}
-DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "reference-loss", "fp8-output", "fp8-output-gradients", "loss-epilogue", "automatic-gc", "apex-fused-adam", "coordinate-descent", "combo-kernels", "qkv-bias-gemm",
-                  "cudnn-attention", "flash4-attention", "cudnn-flash4-attention", "gelu-epilogue", "bf16-residual", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x",
-                  "flash-attention", "eager", "max-autotune", "te", "te-fp8-delayed", "te-fp8-current",
-                  "torchao-float8-tensorwise", "torchao-float8-rowwise")
+DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "reference-loss", "fp8-output", "fp8-output-gradients",
+                  "loss-epilogue", "automatic-gc", "apex-fused-adam", "coordinate-descent", "combo-kernels",
+                  "qkv-bias-gemm", "cudnn-attention", "flash4-attention", "cudnn-flash4-attention", "gelu-epilogue",
+                  "bf16-residual", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x", "flash-attention",
+                  "eager", "max-autotune", "te", "te-fp8-delayed", "te-fp8-current", "torchao-float8-tensorwise",
+                  "torchao-float8-rowwise")
 
 
 class Usage(Exception):

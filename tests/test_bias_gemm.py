@@ -7,11 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gptforge.model import GPT, ModelConfig
 from gptforge.model.bias_gemm import ONES, linear_bias_from_gemm
 from gptforge.model.layers import LayerBackend
 from gptforge.train.config import load_config, validate
 from gptforge.train.loop import qkv_bias_gemm
+from gpt_pairs import assert_trains_as_the_default
 
 
 def operands(dtype):
@@ -48,18 +48,7 @@ def test_the_gemm_sees_the_ones_beside_the_input():
 
 
 def test_gpt_with_the_bias_from_the_gemm_trains_as_the_default():
-    cfg = ModelConfig(num_layers=2, hidden_size=32, num_attention_heads=4, max_position_embeddings=16, vocab_size=100)
-    torch.manual_seed(0)
-    reference = GPT(cfg)
-    model = GPT(cfg, LayerBackend(qkv_bias_gemm=True))
-    model.load_state_dict(reference.state_dict())
-    x = torch.randint(0, cfg.vocab_size, (2, 16))
-    losses = [m(x, x)[1] for m in (reference, model)]
-    for loss in losses:
-        loss.backward()
-    torch.testing.assert_close(losses[1], losses[0])
-    for (name, mine), theirs in zip(model.named_parameters(), reference.parameters()):
-        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-5, atol=1e-6, msg=name)
+    assert_trains_as_the_default(LayerBackend(qkv_bias_gemm=True), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("keys, linear, on, says", [

@@ -21,6 +21,7 @@ from gptforge.probe.machine import Machine
 from gptforge.core.installed import dsl_directory, outside_site_packages
 from gptforge.probe.packages import probe_hopper_kernels
 from gptforge.train.config import load_config, validate
+from gpt_pairs import assert_trains_as_the_default
 
 CPU = torch.device("cpu")
 
@@ -204,7 +205,7 @@ def math_cudnn(q, k, v, attn_bias, compute_log_sumexp, dropout_p, is_causal, ret
 
 
 @pytest.mark.parametrize("compiled", [False, True])
-@pytest.mark.parametrize("forward", ["flash4", "cudnn"])
+@pytest.mark.parametrize("forward", ["flash4", "cudnn-flash4"])
 def test_flash4_ops_carry_qkv_and_its_gradient_whole(monkeypatch, compiled, forward):
     from gptforge.model import flash4
 
@@ -227,22 +228,11 @@ def test_flash4_ops_carry_qkv_and_its_gradient_whole(monkeypatch, compiled, forw
 
 @pytest.mark.parametrize("name", ["flash4", "cudnn-flash4"])
 def test_gpt_with_flash4_computes_what_sdpa_does(monkeypatch, name):
-    from gptforge.model import GPT, ModelConfig, flash4
+    from gptforge.model import flash4
 
     monkeypatch.setattr(flash4, "_fa4", MathFA4)
     monkeypatch.setattr(flash4, "_cudnn", lambda: math_cudnn)
-    cfg = ModelConfig(num_layers=2, hidden_size=32, num_attention_heads=4, max_position_embeddings=16, vocab_size=100)
-    torch.manual_seed(0)
-    reference = GPT(cfg)
-    model = GPT(cfg, LayerBackend(attention=name))
-    model.load_state_dict(reference.state_dict())
-    x = torch.randint(0, cfg.vocab_size, (2, 16))
-    losses = [m(x, x)[1] for m in (reference, model)]
-    for loss in losses:
-        loss.backward()
-    torch.testing.assert_close(losses[1], losses[0])
-    for mine, theirs in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)
+    assert_trains_as_the_default(LayerBackend(attention=name), rtol=1e-4, atol=1e-5)
 
 
 def test_the_trainer_logs_both_fallbacks_on_a_cpu(tmp_path):
@@ -270,7 +260,7 @@ def needs(module: str):
 @hopper
 @needs("flash_attn")
 @pytest.mark.parametrize("compiled", [False, True])
-@pytest.mark.parametrize("forward", ["flash4", "cudnn"])
+@pytest.mark.parametrize("forward", ["flash4", "cudnn-flash4"])
 def test_on_gpu_flash4_attention_matches_sdpa_in_float32(compiled, forward):
     torch.manual_seed(0)
     qkv = torch.randn(2, 256, 3 * 4 * 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)

@@ -89,12 +89,12 @@ def _backward(ctx, dout, _dlse):
 
 flash4_fwd.register_autograd(_backward, setup_context=_setup_context)
 cudnn_fwd.register_autograd(_backward, setup_context=_setup_context)
-FORWARDS = {"flash4": flash4_fwd, "cudnn": cudnn_fwd}
+FORWARDS = {"flash4": flash4_fwd, "cudnn-flash4": cudnn_fwd}  # attention-backend -> the forward op before FA4's backward
 
 
-def flash4_attention(qkv: Tensor, heads: int, forward: str = "flash4") -> Tensor:
+def flash4_attention(qkv: Tensor, heads: int, backend: str = "flash4") -> Tensor:
     """Causal softmax(q kᵀ / √head_dim) v for QKV (batch, seq, 3·width) holding q, k, v side by side;
-    the output is (batch, seq, width). FORWARD: whose forward kernel (flash4 or cudnn); the backward is FA4's."""
+    the output is (batch, seq, width). BACKEND (a key of FORWARDS) picks the forward kernel; the backward is FA4's."""
     batch, seq, width3 = qkv.shape
-    out, _ = FORWARDS[forward](qkv, heads, (width3 // (3 * heads)) ** -0.5)
+    out, _ = FORWARDS[backend](qkv, heads, (width3 // (3 * heads)) ** -0.5)
     return out.view(batch, seq, width3 // 3)

@@ -10,8 +10,8 @@ from torch import nn
 
 from gptforge.model.bias_gemm import linear_bias_from_gemm
 from gptforge.model.config import ModelConfig
-from gptforge.model.flash4 import flash4_attention
-from gptforge.model.layers import FLASH4_FORWARDS, LayerBackend, attention_kernel, make_layer_norm, make_linear
+from gptforge.model.flash4 import FORWARDS as FLASH4_FORWARDS, flash4_attention
+from gptforge.model.layers import LayerBackend, attention_kernel, make_layer_norm, make_linear
 from gptforge.model.loss import linear_cross_entropy
 
 INIT_STD = 0.02
@@ -36,7 +36,7 @@ class CausalSelfAttention(nn.Module):
         else:
             qkv = self.qkv(x)
         if self.kernel in FLASH4_FORWARDS:  # no transposes, no concatenation of the gradients
-            return self.resid_dropout(self.proj(flash4_attention(qkv, self.heads, FLASH4_FORWARDS[self.kernel])))
+            return self.resid_dropout(self.proj(flash4_attention(qkv, self.heads, self.kernel)))
         q, k, v = (t.view(batch, seq, self.heads, width // self.heads).transpose(1, 2) for t in qkv.split(width, dim=2))
         with attention_kernel(self.kernel):
             y = F.scaled_dot_product_attention(

@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 
 from gptforge.core.installed import dsl_directory, outside_site_packages
-from gptforge.model.flash4 import MODULE as FA4_MODULE
-from gptforge.model.layers import FLASH4_FORWARDS, LayerBackend, import_error
+from gptforge.model.flash4 import FORWARDS as FLASH4_FORWARDS, MODULE as FA4_MODULE
+from gptforge.model.layers import LayerBackend, import_error
 from gptforge.model.lce_epilogue import epilogue_fits
 
 QUACK_MODULE = "quack.epilogue.library"  # what model/mlp_epilogue.py imports

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from gptforge.model.flash4 import FORWARDS as FLASH4_FORWARDS
+
 # attention-backend key -> the SDPA kernel it pins (auto: PyTorch's own choice, flash on Hopper at bf16)
 ATTENTION_BACKENDS = {
     "auto": None,
@@ -21,9 +23,7 @@ ATTENTION_BACKENDS = {
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "math": SDPBackend.MATH,
 }
-# FlashAttention 4 outside SDPA (model/flash4.py): attention-backend -> whose forward kernel runs before FA4's backward
-FLASH4_FORWARDS = {"flash4": "flash4", "cudnn-flash4": "cudnn"}
-ATTENTION_CHOICES = (*ATTENTION_BACKENDS, *FLASH4_FORWARDS)
+ATTENTION_CHOICES = (*ATTENTION_BACKENDS, *FLASH4_FORWARDS)  # the latter: FlashAttention 4 outside SDPA (model/flash4.py)
 
 
 def import_error(module: str) -> str | None:
