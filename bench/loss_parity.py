@@ -114,7 +114,8 @@ def train_once(config: str, keys: list[str], run_dir: Path, device: str) -> dict
         raise RunFailed(f"the run with {' '.join(keys[-3:])} exited {proc.returncode}: {last}")
     result = json.loads(proc.stdout)
     losses = [r["loss"] for r in read_records(run_dir / "metrics.jsonl", "train")]
-    return {"keys": keys, "losses": losses, "final_val_loss": result["final_val_loss"], "notes": result["notes"]}
+    return {"keys": keys, "losses": losses, "final_val_loss": result["final_val_loss"], "notes": result["notes"],
+            "train_passes": result["train_passes"]}
 
 
 def fallbacks(runs: dict) -> dict:
@@ -175,7 +176,7 @@ def progress(name: str, i: int, total: int) -> str:
 
 def parity(args, save) -> dict:
     """Trains the plan, calling save(report) before the first run and after each one; returns the last report."""
-    common = [k.format(batch=args.batch, steps=args.steps, warmup=max(1, args.steps // 10)) for k in RUN_KEYS]
+    common = [k.format(batch=args.batch, steps=args.steps, warmup=max(1, args.steps // 10)) for k in RUN_KEYS] + args.both
     seeds = parse_seeds(args.seeds)
     work = Path(tempfile.mkdtemp(prefix="gptforge-parity-"))
     cache = f"data-cache-dir={work / 'data'}"
@@ -200,7 +201,7 @@ def show(report: dict) -> None:
     print(f"{report['config']}, {report['steps']} steps of batch {report['batch']}, {pairing}")
     for name, run in runs.items():
         print(f"  {name}: {' '.join(run['keys'][len(report['common']) + 1:]) or '(config as is)'}; final train loss "
-              f"{run['losses'][-1]:.4f}, final val loss {run['final_val_loss']:.4f}")
+              f"{run['losses'][-1]:.4f}, final val loss {run['final_val_loss']:.4f}{passes_text(run)}")
     for label in ("a_vs_b", "a_vs_a"):
         if label in report:
             d = report[label]
@@ -208,6 +209,12 @@ def show(report: dict) -> None:
                   f"mean over the last 10% {d['tail_mean_abs']:.4g}")
     if seeds:
         show_seeds(report["seeds"], report["seed_summary"])
+
+
+def passes_text(run: dict) -> str:
+    """How often the run read its training split, where the run reports it (reports before it did not)."""
+    passes = run.get("train_passes")
+    return "" if passes is None else f", {passes:.2f} passes over the training split"
 
 
 def num(x: float | None, fmt: str = ".3g") -> str:
@@ -229,6 +236,9 @@ def parse_args(argv: list[str]):
     p.add_argument("--config", default="gpt2-124m")
     p.add_argument("--a", default="fused-loss=false", help="comma list of config keys of run A")
     p.add_argument("--b", default="fused-loss=true", help="comma list of config keys of run B")
+    p.add_argument("--both", default="", metavar="KEYS",
+                   help="comma list of config keys given to every run, e.g. the data: "
+                        "data-path=PREFIX,tokenizer-type=gpt2 (default: the embedded corpus)")
     p.add_argument("--steps", type=int, default=500)
     p.add_argument("--batch", type=int, default=16, help="sequences per step (micro = global)")
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
@@ -242,6 +252,7 @@ def parse_args(argv: list[str]):
     args = p.parse_args(argv)
     args.a = [k for k in args.a.split(",") if k]
     args.b = [k for k in args.b.split(",") if k]
+    args.both = [k for k in args.both.split(",") if k]
     return args
 
 
@@ -255,12 +266,12 @@ def check(args) -> str | None:
     try:
         seeds = parse_seeds(args.seeds)
         for keys in (args.a, args.b):
-            validate(load_config(args.config, keys + [f"train-iters={args.steps}", f"lr-warmup-iters={max(1, args.steps // 10)}",
+            validate(load_config(args.config, args.both + keys + [f"train-iters={args.steps}", f"lr-warmup-iters={max(1, args.steps // 10)}",
                                                       f"micro-batch-size={args.batch}", f"global-batch-size={args.batch}"])[0])
     except UsageError as err:
         return err.one_line()
-    if seeds and (sets_seed(args.a) or sets_seed(args.b)):
-        return "--seeds sets seed=S on both runs: drop seed from --a and --b"
+    if seeds and (sets_seed(args.a) or sets_seed(args.b) or sets_seed(args.both)):
+        return "--seeds sets seed=S on both runs: drop seed from --a, --b and --both"
     if args.max_drift is not None and not seeds:
         return "--max-drift reads the per-seed drift: give --seeds too"
     return None

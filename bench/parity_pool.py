@@ -45,20 +45,25 @@ def run_row(path: Path, name: str, run: dict, common: list[str]) -> dict:
 
 
 def load_runs(paths: list[Path]) -> list[dict]:
-    """Every finished run of every file, as {file, name, config, seed, tail}; all files of one shape."""
+    """Every finished run of every file, as {file, name, config, seed, tail}; all files of one shape and
+    with the same keys given to every run (the same data, among them)."""
     runs, shape = [], None
     for path in paths:
         try:
             report = json.loads(path.read_text())
-            this = (report["config"], report["steps"], report["batch"])
+            this = (report["config"], report["steps"], report["batch"], tuple(report["common"]))
             found = [run_row(path, name, run, report["common"]) for name, run in report["runs"].items()]
         except (OSError, ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError) as e:
             raise BadInput(f"{path}: not a loss_parity.py report ({type(e).__name__}: {e})") from None
         if shape is None:
             shape = this
-        elif this != shape:
+        elif this[:3] != shape[:3]:
             raise BadInput(f"{path}: {this[0]}, {this[1]} steps of batch {this[2]}, where the first file has "
                            f"{shape[0]}, {shape[1]} steps of batch {shape[2]}: pool runs of one shape")
+        elif this != shape:
+            differ = sorted(set(this[3]) ^ set(shape[3]))
+            raise BadInput(f"{path}: its runs share other keys than the first file's ({' '.join(differ)}): "
+                           "pool runs of the same data and shared keys")
         runs += found
     return runs
 

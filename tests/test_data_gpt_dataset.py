@@ -67,6 +67,17 @@ def test_epochs_repeat_until_num_samples(tmp_path):
         train[50]
 
 
+@pytest.mark.parametrize("num_samples, passes", [(37, 37 / 111), (111, 1.0), (333, 3.0)])
+def test_passes_counts_how_often_the_samples_go_over_the_split(tmp_path, num_samples, passes):
+    prefix = _dataset(tmp_path / "d", [100] * 10)  # 1000 tokens: (1000 - 1) // 9 = 111 samples of 9 per epoch
+    train, _, _ = build_gpt_datasets(prefix, split="1,0,0", seq_length=9, num_samples=(num_samples, 0, 0),
+                                     cache_dir=tmp_path / "c")
+    assert train.passes == pytest.approx(passes, rel=0.01)
+    again, _, _ = build_gpt_datasets(prefix, split="1,0,0", seq_length=9, num_samples=(num_samples, 0, 0),
+                                     cache_dir=tmp_path / "c")
+    assert again.passes == train.passes  # read back from the cached indices alike
+
+
 def test_indices_are_cached_and_reused(tmp_path):
     prefix = _dataset(tmp_path / "d", [50] * 1000)
     kw = dict(split="949,50,1", seq_length=32, num_samples=(100, 10, 1), cache_dir=tmp_path / "cache")
@@ -143,6 +154,13 @@ def test_blending_follows_weights(tmp_path):
     assert from_b == 300
     with pytest.raises(UsageError, match="weights"):
         build_gpt_datasets([a, b], [1.0], seq_length=32, num_samples=(1, 0, 0), cache_dir=tmp_path / "c")
+
+
+def test_a_blend_reports_its_most_repeated_dataset(tmp_path):
+    small, large = _dataset(tmp_path / "s", [50] * 4), _dataset(tmp_path / "l", [100] * 100)
+    train, _, _ = build_gpt_datasets([small, large], [0.5, 0.5], split="1,0,0", seq_length=16,
+                                     num_samples=(200, 0, 0), cache_dir=tmp_path / "c")
+    assert train.passes == max(ds.passes for ds in train.datasets) and train.passes > 5  # 100 samples of 12 per pass
 
 
 def test_default_corpus_is_cached_and_deterministic(tmp_path):

@@ -85,7 +85,8 @@ def test_bad_seeds_exit_2_before_training(capsys, monkeypatch, seeds, problem):
 
 def test_seeds_with_a_seed_key_in_a_or_b_exit_2(capsys):
     assert loss_parity.main(["--config", "gpt2-tiny", "--seeds", "1,2", "--b", "fused-loss=true,seed=5"]) == 2
-    assert "drop seed from --a and --b" in capsys.readouterr().err
+    assert "drop seed from --a, --b and --both" in capsys.readouterr().err
+    assert loss_parity.main(["--config", "gpt2-tiny", "--seeds", "1,2", "--both", "seed=5"]) == 2
 
 
 def fake_run(loss: float) -> dict:
@@ -140,3 +141,24 @@ def test_max_drift_fails_the_seeds_whose_drift_is_above_it(tmp_path, monkeypatch
 def test_max_drift_without_seeds_exits_2(capsys):
     assert loss_parity.main(["--config", "gpt2-tiny", "--max-drift", "0.01"]) == 2
     assert "give --seeds too" in capsys.readouterr().err
+
+
+def test_both_gives_every_run_the_same_data_and_each_run_says_how_often_it_read_it(tmp_path, cli):
+    sources = [tmp_path / f"doc{i}.txt" for i in range(40)]
+    for i, path in enumerate(sources):
+        path.write_text(f"def function_{i}(x):\n    return x * {i} + {i * i}\n" * 30)
+    prefix = tmp_path / "code"
+    made = cli("prepare", "--input", *map(str, sources), "--format", "text", "--tokenizer", "gpt2", "--append-eod",
+               "--output-prefix", str(prefix))
+    assert made.returncode == 0, made.stderr
+    data = f"data-path={prefix}_text_document,tokenizer-type=gpt2"
+    proc = run_script(tmp_path, "--steps", "2", "--batch", "2", "--both", data)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "loss_parity.json").read_text())
+    assert report["common"][-2:] == data.split(",")
+    for run in report["runs"].values():
+        assert run["keys"][:len(report["common"])] == report["common"] and 0 < run["train_passes"]
+        assert any("data: " in note for note in run["notes"]) is (run["train_passes"] > 1)
+    assert "passes over the training split" in proc.stdout
+    bad = loss_parity.main(["--config", "gpt2-tiny", "--both", "no-such-key=1"])
+    assert bad == 2

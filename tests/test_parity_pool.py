@@ -15,10 +15,10 @@ RESULTS = sorted((ROOT / "bench" / "results" / "loss_parity").glob("*.json"))
 COMMON = ["train-iters=4", "keep-last=1"]
 
 
-def report(path: Path, runs: dict, steps: int = 4) -> Path:
+def report(path: Path, runs: dict, steps: int = 4, common: list[str] = COMMON) -> Path:
     """A loss_parity.py report with RUNS: name -> (own keys, losses)."""
-    body = {"config": "gpt2-124m", "steps": steps, "batch": 16, "common": COMMON,
-            "runs": {name: {"keys": COMMON + ["data-cache-dir=/tmp/x/data", *keys], "losses": losses,
+    body = {"config": "gpt2-124m", "steps": steps, "batch": 16, "common": common,
+            "runs": {name: {"keys": common + ["data-cache-dir=/tmp/x/data", *keys], "losses": losses,
                             "final_val_loss": 5.0, "notes": []} for name, (keys, losses) in runs.items()}}
     path.write_text(json.dumps(body))
     return path
@@ -75,6 +75,15 @@ def test_files_of_different_shapes_are_refused_in_one_line(tmp_path):
     proc = pool(first, second)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "6 steps of batch 16, where the first file has gpt2-124m, 4 steps" in proc.stderr
+
+
+def test_files_whose_runs_share_other_keys_are_refused_in_one_line(tmp_path):
+    first = report(tmp_path / "one.json", {"a@1": (["fused-loss=true", "seed=1"], [1.0] * 4)})
+    second = report(tmp_path / "two.json", {"a@1": (["fused-loss=true", "seed=1"], [1.0] * 4)},
+                    common=COMMON + ["data-path=code_text_document"])
+    proc = pool(first, second)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "share other keys than the first file's (data-path=code_text_document)" in proc.stderr
 
 
 @pytest.mark.parametrize("text, says", [

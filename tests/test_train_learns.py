@@ -52,6 +52,18 @@ def test_run_leaves_logs_plot_and_checkpoint(tiny_run):
     assert (run_dir / "checkpoints" / "step_00000200" / "trainer.pt").is_file()
     assert (run_dir / "config.json").is_file() and (run_dir / "tokenizer").is_dir()
     assert summary["plot"] == str(run_dir / "loss.png")
+    assert 0 < summary["train_passes"] < 1  # 200 steps of 16 samples read a quarter of the corpus' training split
+    assert not any("reads the training split" in note for note in summary["notes"])
+
+
+def test_a_run_that_repeats_its_data_says_its_training_loss_is_not_held_out():
+    from types import SimpleNamespace
+
+    from gptforge.train.data import repeat_note
+
+    assert repeat_note(SimpleNamespace(passes=1.0)) is None and repeat_note(object()) is None
+    note = repeat_note(SimpleNamespace(passes=10.24))
+    assert note.startswith("data: the run reads the training split 10.2 times") and "not a held-out loss" in note
 
 
 def test_sample_from_the_trained_run(tiny_run, cli):

@@ -131,6 +131,9 @@ class GPTDataset(Sequence):
             Path(cache_dir), np.arange(documents.start, documents.stop, dtype=np.int32))
         if self.shuffle_index.shape[0] < num_samples:
             raise RuntimeError(f"built {self.shuffle_index.shape[0]} samples, fewer than {num_samples}")
+        # how many times the samples read go over the split's tokens (above 1: samples repeat)
+        epochs = len(self.document_index) // max(1, len(documents))
+        self.passes = num_samples * epochs / max(1, self.sample_index.shape[0] - 1)
 
     def _paths(self, cache_dir: Path) -> dict[str, Path]:
         base = f"{self.cache_key}-GPTDataset-{self.split}"
@@ -180,6 +183,7 @@ class BlendedDataset(Sequence):
 
     def __init__(self, datasets: list[GPTDataset], weights: list[float], size: int):
         self.datasets, self.weights, self.size = datasets, weights, size
+        self.passes = max(ds.passes for ds in datasets)  # the most-repeated dataset's
         check_index_memory(size * (2 + 8), f"the blending index for {size:,} samples")  # int16 + int64 per sample
         self.dataset_index, self.dataset_sample_index = build_blending_indices(np.asarray(weights), size)
         for d, ds in enumerate(datasets):

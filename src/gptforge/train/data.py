@@ -130,6 +130,16 @@ def build(cfg: TrainConfig, default_paths, spec: TokenizerSpec, vocab_size: int)
     return DataSetup(train, valid, spec, vocab_size, description)
 
 
+def repeat_note(train) -> str | None:
+    """A note when the run reads its training split more than once: past the first pass its training loss
+    is measured on samples the model has already fitted, so only the validation loss is held out."""
+    passes = getattr(train, "passes", 1.0)
+    if passes <= 1.0:
+        return None
+    return (f"data: the run reads the training split {passes:.1f} times; past the first pass the training loss is "
+            "not a held-out loss (the validation loss is)")
+
+
 def batch(dataset, start: int, count: int, device: torch.device, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Samples [start, start+count) as (inputs, labels) on ``device``."""
     n = len(dataset)

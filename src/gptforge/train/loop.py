@@ -58,6 +58,7 @@ class RunResult:
     metrics: Path | None = None
     tensorboard: Path | None = None
     resumed_from: int = 0
+    train_passes: float | None = None  # how many times the run's samples go over the training split
     notes: list[str] = field(default_factory=list)
 
 
@@ -239,6 +240,7 @@ class Trainer:
             self.data = self.load_data()
         elif self.resume_state is not None:
             checkpoint.check_shape(self.resume_state, cfg.model_config(self.data.vocab_size).shape(), self.resume_ckpt)
+        self.notes += [note for note in (datamod.repeat_note(self.data.train),) if note]
         mcfg = cfg.model_config(self.data.vocab_size)
         if self.device.type == "cuda" and cfg.tf32:
             torch.backends.cuda.matmul.allow_tf32 = True
@@ -483,7 +485,8 @@ class Trainer:
         if main:
             self.console.print(estimate(cfg, self.model.cfg.vocab_size, self.device, world_size=self.env.world_size,
                                         steps_left=cfg.train_iters - self.step, config_name=self.opts.config_name).describe())
-        result = RunResult(self.run_dir, cfg.train_iters, resumed_from=self.step, notes=self.notes)
+        result = RunResult(self.run_dir, cfg.train_iters, resumed_from=self.step, notes=self.notes,
+                           train_passes=getattr(self.data.train, "passes", None))
         with RunProgress(self.console, enabled=main, total=cfg.train_iters * self.accum,
                          done=self.step * self.accum) as bar:
             if self.step == 0:
