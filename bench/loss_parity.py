@@ -15,8 +15,9 @@ A same-seed pair against the A/A floor only measures perturbations of the size o
 --seeds trains the A/B pair once per seed (seed=S added to both) to ask whether B differs from A
 systematically: per seed the curve difference, the drift (mean of B - A train loss over the last half of
 the steps, signed) and B - A final val loss; across seeds their mean and standard error, beside A's own
-seed-to-seed spread. Runs are named a@S, b@S (a2@S for --repeat-a, first seed only); the top-level
-a_vs_b and a_vs_a are the first seed's.
+seed-to-seed spread. With --repeat-a, A is trained twice on every seed: each seed's A rerun drift (A2 - A)
+is the noise floor, and the scatter of B's drifts around zero (rms) is read against the scatter of A's.
+Runs are named a@S, b@S, a2@S; the top-level a_vs_b and a_vs_a are the first seed's.
 
     PYTHONPATH=src python3 bench/loss_parity.py --steps 500 --repeat-a
     PYTHONPATH=src python3 bench/loss_parity.py --b transformer-engine=true,fp8=true --steps 500
@@ -68,6 +69,11 @@ def mean_and_stderr(xs: list[float]) -> dict:
 
 def spread(xs: list[float]) -> float | None:
     return max(xs) - min(xs) if xs else None
+
+
+def rms(xs: list[float]) -> float | None:
+    """Root mean square: the scatter of drifts around zero, what no systematic offset would leave."""
+    return (sum(x * x for x in xs) / len(xs)) ** 0.5 if xs else None
 
 
 def parse_seeds(text: str | None) -> list[int]:
@@ -127,29 +133,33 @@ def fallbacks(runs: dict) -> dict:
 def plan(a: list[str], b: list[str], seeds: list[int], repeat_a: bool) -> list[tuple[str, list[str]]]:
     """(run name, its own keys) in training order; without seeds the names carry no @S."""
     plans = []
-    for i, seed in enumerate(seeds or [None]):
+    for seed in seeds or [None]:
         at, extra = ("", []) if seed is None else (f"@{seed}", [f"seed={seed}"])
         plans += [("a" + at, a + extra), ("b" + at, b + extra)]
-        if repeat_a and i == 0:
+        if repeat_a:
             plans.append(("a2" + at, a + extra))
     return plans
 
 
 def seed_rows(seeds: list[int], runs: dict) -> list[dict]:
-    """One row per seed whose A and B both finished."""
+    """One row per seed whose A and B both finished; with A's rerun, its drift from A too (the noise floor)."""
     rows = []
     for seed in seeds:
-        a, b = runs.get(f"a@{seed}"), runs.get(f"b@{seed}")
+        a, b, a2 = runs.get(f"a@{seed}"), runs.get(f"b@{seed}"), runs.get(f"a2@{seed}")
         if a and b:
             rows.append({"seed": seed, "a_vs_b": curve_diff(a["losses"], b["losses"]),
                          "drift": signed_drift(a["losses"], b["losses"]),
-                         "val_diff": b["final_val_loss"] - a["final_val_loss"]})
+                         "val_diff": b["final_val_loss"] - a["final_val_loss"],
+                         "aa_drift": signed_drift(a["losses"], a2["losses"]) if a2 else None})
     return rows
 
 
 def seed_summary(rows: list[dict], runs: dict) -> dict:
     a_runs = [runs[f"a@{row['seed']}"] for row in rows]
-    return {"n": len(rows), "drift": mean_and_stderr([row["drift"] for row in rows]),
+    drifts = [row["drift"] for row in rows]
+    aa = [row["aa_drift"] for row in rows if row["aa_drift"] is not None]
+    return {"n": len(rows), "drift": mean_and_stderr(drifts), "aa_drift": mean_and_stderr(aa),
+            "rms": {"drift": rms(drifts), "aa_drift": rms(aa), "aa_runs": len(aa)},
             "val_diff": mean_and_stderr([row["val_diff"] for row in rows]),
             "a_spread": {"val": spread([r["final_val_loss"] for r in a_runs]),
                          "train": spread([last_half_mean(r["losses"]) for r in a_runs])}}
@@ -223,12 +233,17 @@ def num(x: float | None, fmt: str = ".3g") -> str:
 
 def show_seeds(rows: list[dict], summary: dict) -> None:
     for row in rows:
+        rerun = "" if row["aa_drift"] is None else f", A's rerun drift {row['aa_drift']:+.3g}"
         print(f"  seed {row['seed']}: a vs b max |diff| {row['a_vs_b']['max_abs']:.4g}, "
-              f"drift (b-a, last half) {row['drift']:+.3g}, val b-a {row['val_diff']:+.3g}")
+              f"drift (b-a, last half) {row['drift']:+.3g}, val b-a {row['val_diff']:+.3g}{rerun}")
     drift, val, a = summary["drift"], summary["val_diff"], summary["a_spread"]
     print(f"  across {summary['n']} seeds: drift mean {num(drift['mean'], '+.3g')} ± {num(drift['stderr'])} (s.e.), "
           f"val b-a mean {num(val['mean'], '+.3g')} ± {num(val['stderr'])}; "
           f"A's own seed spread: val {num(a['val'])}, train {num(a['train'])}")
+    scatter = summary["rms"]
+    if scatter["aa_runs"]:
+        print(f"  scatter around zero (rms): drift {num(scatter['drift'])}, A's rerun drift {num(scatter['aa_drift'])} "
+              f"over {scatter['aa_runs']} seeds (B at parity: a mean drift within its error and a scatter like A's reruns)")
 
 
 def parse_args(argv: list[str]):
@@ -242,13 +257,14 @@ def parse_args(argv: list[str]):
     p.add_argument("--steps", type=int, default=500)
     p.add_argument("--batch", type=int, default=16, help="sequences per step (micro = global)")
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
-    p.add_argument("--repeat-a", action="store_true", help="train A twice: the run-to-run noise floor")
+    p.add_argument("--repeat-a", action="store_true",
+                   help="train A twice (on every seed, with --seeds): the run-to-run noise floor")
     p.add_argument("--max-diff", type=float, default=None, help="exit 1 when the A/B max |loss diff| is above this")
     p.add_argument("--max-drift", type=float, default=None,
                    help="with --seeds: exit 1 when any seed's |drift| (mean B - A over the last half) is above this")
     p.add_argument("--seeds", default=None, metavar="S1,S2,...",
                    help="comma list of seeds: train the A/B pair once per seed (seed=S) and report the drift of B "
-                        "from A across seeds; --repeat-a and the top-level diffs are the first seed's")
+                        "from A across seeds; the top-level diffs are the first seed's")
     args = p.parse_args(argv)
     args.a = [k for k in args.a.split(",") if k]
     args.b = [k for k in args.b.split(",") if k]

@@ -7,7 +7,8 @@ loss_parity.json files of several calls, takes as A every run whose own keys (it
 run keys, the data cache and the seed) are exactly --a, and prints, for every other run, its drift (mean
 of B - mean of A training loss over the last half of the steps, signed) against the mean of its seed's
 A runs, beside the drift against its own call's A; per seed the A runs' spread (the largest difference
-of two A runs' last-half means); per configuration the mean and standard error of its drifts. With
+of two A runs' last-half means) and, over every seed, A's run-to-run standard deviation; per configuration
+the mean, standard error and root mean square of its drifts (a B like A scatters like A's reruns). With
 --versus, every configuration's mean drift is also read against that configuration's: the difference and
 its standard error (the two standard errors combined), i.e. what a lever added on top of it moves.
 
@@ -24,7 +25,7 @@ import math
 import sys
 from pathlib import Path
 
-from loss_parity import last_half_mean, mean_and_stderr, spread  # bench/ is this script's directory
+from loss_parity import last_half_mean, mean_and_stderr, rms, spread  # bench/ is this script's directory
 
 
 class BadInput(Exception):
@@ -76,6 +77,7 @@ def pool(runs: list[dict], a: tuple[str, ...]) -> dict:
             a_tails.setdefault(run["seed"], []).append(run["tail"])
     seeds = {seed: {"a_runs": len(tails), "a_mean": sum(tails) / len(tails), "a_spread": spread(tails)}
              for seed, tails in sorted(a_tails.items(), key=lambda kv: str(kv[0]))}
+    noise = a_noise(a_tails)
     rows = []
     for run in runs:
         if run["config"] == a:
@@ -89,8 +91,16 @@ def pool(runs: list[dict], a: tuple[str, ...]) -> dict:
     for row in rows:
         if row["drift"] is not None:
             configs.setdefault(" ".join(row["config"]), []).append(row["drift"])
-    summary = {config: {"runs": len(d), **mean_and_stderr(d)} for config, d in configs.items()}
-    return {"a": list(a), "seeds": {str(s): v for s, v in seeds.items()}, "runs": rows, "configs": summary}
+    summary = {config: {"runs": len(d), **mean_and_stderr(d), "rms": rms(d)} for config, d in configs.items()}
+    return {"a": list(a), "seeds": {str(s): v for s, v in seeds.items()}, "noise": noise, "runs": rows, "configs": summary}
+
+
+def a_noise(a_tails: dict) -> dict:
+    """A's run-to-run standard deviation within a seed, pooled over the seeds A ran on more than once
+    (None without reruns), with its degrees of freedom: how far a rerun of the same configuration lands."""
+    squares = sum((t - sum(ts) / len(ts)) ** 2 for ts in a_tails.values() for t in ts)
+    dof = sum(len(ts) - 1 for ts in a_tails.values())
+    return {"sd": (squares / dof) ** 0.5 if dof else None, "dof": dof}
 
 
 def versus(configs: dict, reference: tuple[str, ...]) -> dict:
@@ -120,10 +130,13 @@ def show(result: dict) -> None:
     print("drift of each other run against its seed's pooled A (against its own call's A)")
     for row in result["runs"]:
         print(f"  {row['file']} {row['name']}: {fmt(row['drift'])} ({fmt(row['drift_own_a'])})  {' '.join(row['config'])}")
-    print("per configuration: runs, mean drift ± standard error")
+    noise = result["noise"]
+    if noise["sd"] is not None:
+        print(f"A's run-to-run standard deviation within a seed: {noise['sd']:.4f} ({noise['dof']} degrees of freedom)")
+    print("per configuration: runs, mean drift ± standard error, rms drift")
     for config, s in result["configs"].items():
         stderr = "n/a" if s["stderr"] is None else f"{s['stderr']:.4f}"
-        print(f"  {s['runs']} runs, {fmt(s['mean'])} ± {stderr}  {config}")
+        print(f"  {s['runs']} runs, {fmt(s['mean'])} ± {stderr}, rms {s['rms']:.4f}  {config}")
     if "versus" in result:
         print(f"per configuration against {' '.join(result['versus']['config'])}: difference of mean drifts ± standard error")
         for config, d in result["versus"]["differences"].items():

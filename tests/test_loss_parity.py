@@ -67,11 +67,25 @@ def test_mean_and_stderr():
     assert loss_parity.mean_and_stderr([]) == {"mean": None, "stderr": None}
 
 
-def test_the_plan_pairs_a_and_b_per_seed_and_repeats_a_of_the_first_only():
+def test_the_plan_pairs_a_and_b_per_seed_and_repeats_a_on_every_seed():
     plans = loss_parity.plan(["x=1"], ["x=2"], [7, 3], repeat_a=True)
     assert plans == [("a@7", ["x=1", "seed=7"]), ("b@7", ["x=2", "seed=7"]), ("a2@7", ["x=1", "seed=7"]),
-                     ("a@3", ["x=1", "seed=3"]), ("b@3", ["x=2", "seed=3"])]
+                     ("a@3", ["x=1", "seed=3"]), ("b@3", ["x=2", "seed=3"]), ("a2@3", ["x=1", "seed=3"])]
     assert loss_parity.plan(["x=1"], ["x=2"], [], repeat_a=False) == [("a", ["x=1"]), ("b", ["x=2"])]
+
+
+def test_each_seeds_rerun_of_a_gives_the_noise_floor_that_bs_drifts_are_read_against():
+    def run(tail: float) -> dict:
+        return {"keys": [], "losses": [9.0, 9.0, tail, tail], "final_val_loss": tail, "notes": []}
+
+    runs = {"a@1": run(3.0), "b@1": run(3.3), "a2@1": run(3.1), "a@2": run(2.0), "b@2": run(1.6), "a2@2": run(1.8),
+            "a@5": run(4.0), "b@5": run(4.0)}  # seed 5: no rerun
+    rows = loss_parity.seed_rows([1, 2, 5], runs)
+    assert [row["aa_drift"] for row in rows] == [pytest.approx(0.1), pytest.approx(-0.2), None]
+    summary = loss_parity.seed_summary(rows, runs)
+    assert summary["aa_drift"]["mean"] == pytest.approx(-0.05)
+    assert summary["rms"]["drift"] == pytest.approx(((0.09 + 0.16 + 0) / 3) ** 0.5)
+    assert summary["rms"]["aa_drift"] == pytest.approx(((0.01 + 0.04) / 2) ** 0.5) and summary["rms"]["aa_runs"] == 2
 
 
 @pytest.mark.parametrize("seeds, problem", [("1,x", "'x' is not a whole number"), ("1,-2", "-2 is outside [0, 2**32)"),
@@ -162,3 +176,22 @@ def test_both_gives_every_run_the_same_data_and_each_run_says_how_often_it_read_
     assert "passes over the training split" in proc.stdout
     bad = loss_parity.main(["--config", "gpt2-tiny", "--both", "no-such-key=1"])
     assert bad == 2
+
+
+def test_the_code_corpus_is_built_once_from_the_machines_own_source(tmp_path):
+    from gptforge.data.indexed import IndexedDataset
+
+    script = SCRIPT.parent / "code_corpus.sh"
+    env = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(script), str(tmp_path / "code")], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    made = json.loads((tmp_path / "code" / "prepare.json").read_text())
+    files = (tmp_path / "code" / "files.txt").read_text().splitlines()
+    assert files == sorted(files, key=os.fsencode) and any(f.endswith("/torch/nn/modules/linear.py") for f in files)
+    dataset = IndexedDataset(str(tmp_path / "code" / "pycode_text_document"))
+    assert made["documents"] == dataset.num_documents == len(files)
+    assert made["tokens"] == int(dataset.sequence_lengths.sum()) > 8_200_000  # 500 steps of 16 x 1024 read it less than once
+    keys = (tmp_path / "code" / "keys").read_text().strip()
+    assert keys == f"data-path={tmp_path / 'code'}/pycode_text_document,tokenizer-type=gpt2"
+    again = subprocess.run(["bash", str(script), str(tmp_path / "code")], capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0 and "already holds it" in again.stderr

@@ -51,6 +51,28 @@ def test_each_run_is_read_against_the_mean_of_its_seeds_a_runs_from_every_file(t
     assert summary["runs"] == 2 and summary["mean"] == pytest.approx(-0.3) and summary["stderr"] == pytest.approx(0.7)
 
 
+def test_a_reruns_give_the_run_to_run_deviation_and_each_configuration_its_rms_drift(tmp_path):
+    one = report(tmp_path / "one.json", {
+        "a@1": (["fused-loss=true", "seed=1"], [9, 9, 3.0, 3.0]),
+        "a2@1": (["fused-loss=true", "seed=1"], [9, 9, 3.2, 3.2]),
+        "a@2": (["fused-loss=true", "seed=2"], [9, 9, 2.0, 2.0]),
+        "b@1": (["fused-loss=true", "x=1", "seed=1"], [9, 9, 3.4, 3.4]),
+        "b@2": (["fused-loss=true", "x=1", "seed=2"], [9, 9, 1.7, 1.7]),
+    })
+    two = report(tmp_path / "two.json", {"a@2": (["fused-loss=true", "seed=2"], [9, 9, 2.4, 2.4])})
+    proc = pool("--json", one, two)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    # seed 1: 3.0, 3.2 around 3.1; seed 2: 2.0, 2.4 around 2.2; (0.01 + 0.01 + 0.04 + 0.04) / 2 degrees of freedom
+    assert result["noise"] == {"sd": pytest.approx(0.05 ** 0.5), "dof": 2}
+    summary = result["configs"]["fused-loss=true x=1"]  # drifts +0.3 and -0.5
+    assert summary["rms"] == pytest.approx(((0.09 + 0.25) / 2) ** 0.5)
+    shown = pool(one, two).stdout
+    assert "run-to-run standard deviation within a seed: 0.2236 (2 degrees of freedom)" in shown
+    single = json.loads(pool("--json", two).stdout)
+    assert single["noise"] == {"sd": None, "dof": 0}
+
+
 def test_versus_reads_each_configuration_against_another_with_the_combined_error(tmp_path):
     runs = {"a@1": (["fused-loss=true", "seed=1"], [9, 9, 3.0, 3.0]), "a@2": (["fused-loss=true", "seed=2"], [9, 9, 2.0, 2.0])}
     for seed, base in ((1, 3.0), (2, 2.0)):
