@@ -107,6 +107,26 @@ class RunFailed(Exception):
     """A training run exited non-zero: the message is its keys and the last line it printed."""
 
 
+def data_identity(keys: list[str]) -> dict | None:
+    """The sha256 of each .bin the data-path key among KEYS names: the same corpus, wherever it was built."""
+    import hashlib
+
+    from gptforge.train.config import parse_override
+
+    paths = [value for key, value in map(parse_override, keys) if key == "data-path"]
+    if not paths:
+        return None
+    prefixes = [p for p in paths[-1] if Path(f"{p}.bin").is_file()]
+    digests = {}
+    for prefix in prefixes:
+        h = hashlib.sha256()
+        with open(f"{prefix}.bin", "rb") as f:
+            while chunk := f.read(1 << 24):
+                h.update(chunk)
+        digests[Path(prefix).name] = h.hexdigest()
+    return {"bin_sha256": digests}
+
+
 def train_once(config: str, keys: list[str], run_dir: Path, device: str) -> dict:
     """One training run in its own process, as a user would start it: nothing (compiled graphs, a library
     left half-imported) carries over from one run into the next."""
@@ -168,7 +188,7 @@ def seed_summary(rows: list[dict], runs: dict) -> dict:
 def build_report(args, common: list[str], seeds: list[int], runs: dict, complete: bool) -> dict:
     """The report of the runs finished so far."""
     report = {"config": args.config, "steps": args.steps, "batch": args.batch, "common": common, "runs": runs,
-              "complete": complete, "fallbacks": fallbacks(runs)}
+              "complete": complete, "fallbacks": fallbacks(runs), "data": args.data}
     at = f"@{seeds[0]}" if seeds else ""
     for label, other in (("a_vs_b", "b"), ("a_vs_a", "a2")):
         if "a" + at in runs and other + at in runs:
@@ -188,6 +208,7 @@ def parity(args, save) -> dict:
     """Trains the plan, calling save(report) before the first run and after each one; returns the last report."""
     common = [k.format(batch=args.batch, steps=args.steps, warmup=max(1, args.steps // 10)) for k in RUN_KEYS] + args.both
     seeds = parse_seeds(args.seeds)
+    args.data = data_identity(args.both)
     work = Path(tempfile.mkdtemp(prefix="gptforge-parity-"))
     cache = f"data-cache-dir={work / 'data'}"
     plans = plan(args.a, args.b, seeds, args.repeat_a)

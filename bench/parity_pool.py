@@ -45,6 +45,16 @@ def run_row(path: Path, name: str, run: dict, common: list[str]) -> dict:
     return {"file": str(path), "name": name, "config": config, "seed": seed, "tail": last_half_mean(run["losses"])}
 
 
+def shared_keys(report: dict) -> tuple[str, ...]:
+    """The keys every run of REPORT was given; where the report names its data by content, the data's
+    hashes stand for the data-path key (the same corpus built in another directory is the same data)."""
+    data = report.get("data")
+    if not data:
+        return tuple(report["common"])
+    keys = tuple(k for k in report["common"] if not k.startswith("data-path="))
+    return keys + tuple(f"data {name} sha256={digest}" for name, digest in sorted(data["bin_sha256"].items()))
+
+
 def load_runs(paths: list[Path]) -> list[dict]:
     """Every finished run of every file, as {file, name, config, seed, tail}; all files of one shape and
     with the same keys given to every run (the same data, among them)."""
@@ -52,7 +62,7 @@ def load_runs(paths: list[Path]) -> list[dict]:
     for path in paths:
         try:
             report = json.loads(path.read_text())
-            this = (report["config"], report["steps"], report["batch"], tuple(report["common"]))
+            this = (report["config"], report["steps"], report["batch"], shared_keys(report))
             found = [run_row(path, name, run, report["common"]) for name, run in report["runs"].items()]
         except (OSError, ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError) as e:
             raise BadInput(f"{path}: not a loss_parity.py report ({type(e).__name__}: {e})") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -170,6 +171,8 @@ def test_both_gives_every_run_the_same_data_and_each_run_says_how_often_it_read_
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "loss_parity.json").read_text())
     assert report["common"][-2:] == data.split(",")
+    digest = hashlib.sha256(Path(f"{prefix}_text_document.bin").read_bytes()).hexdigest()
+    assert report["data"] == {"bin_sha256": {"code_text_document": digest}}  # the corpus by content, for pooling
     for run in report["runs"].values():
         assert run["keys"][:len(report["common"])] == report["common"] and 0 < run["train_passes"]
         assert any("data: " in note for note in run["notes"]) is (run["train_passes"] > 1)

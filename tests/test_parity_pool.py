@@ -15,9 +15,9 @@ RESULTS = sorted((ROOT / "bench" / "results" / "loss_parity").glob("*.json"))
 COMMON = ["train-iters=4", "keep-last=1"]
 
 
-def report(path: Path, runs: dict, steps: int = 4, common: list[str] = COMMON) -> Path:
+def report(path: Path, runs: dict, steps: int = 4, common: list[str] = COMMON, data: dict | None = None) -> Path:
     """A loss_parity.py report with RUNS: name -> (own keys, losses)."""
-    body = {"config": "gpt2-124m", "steps": steps, "batch": 16, "common": common,
+    body = {"config": "gpt2-124m", "steps": steps, "batch": 16, "common": common, "data": data,
             "runs": {name: {"keys": common + ["data-cache-dir=/tmp/x/data", *keys], "losses": losses,
                             "final_val_loss": 5.0, "notes": []} for name, (keys, losses) in runs.items()}}
     path.write_text(json.dumps(body))
@@ -108,6 +108,20 @@ def test_files_whose_runs_share_other_keys_are_refused_in_one_line(tmp_path):
     assert "share other keys than the first file's (data-path=code_text_document)" in proc.stderr
 
 
+def test_the_same_corpus_built_in_two_directories_pools_and_another_corpus_does_not(tmp_path):
+    def made(name: str, where: str, digest: str) -> Path:
+        return report(tmp_path / name, {"a@1": (["fused-loss=true", "seed=1"], [1.0] * 4)},
+                      common=COMMON + [f"data-path={where}/code_text_document"],
+                      data={"bin_sha256": {"code_text_document": digest}})
+
+    first, moved, other = made("one.json", "/tmp/a", "ab" * 32), made("two.json", "/tmp/b", "ab" * 32), made("three.json", "/tmp/a", "cd" * 32)
+    together = pool("--json", first, moved)
+    assert together.returncode == 0, together.stderr
+    assert json.loads(together.stdout)["seeds"]["1"]["a_runs"] == 2
+    refused = pool(first, other)
+    assert refused.returncode == 2 and f"data code_text_document sha256={'cd' * 32}" in refused.stderr
+
+
 @pytest.mark.parametrize("text, says", [
     ("not json", "not a loss_parity.py report (JSONDecodeError"),
     ('{"runs": {}}', "not a loss_parity.py report (KeyError"),
@@ -159,3 +173,14 @@ def test_the_committed_runs_read_against_the_parity_set_give_what_benchmarks_quo
 
 
 PARITY_REST = "gelu-epilogue=true bf16-residual=true compile-mode=reduce-overhead"
+
+
+def test_the_committed_code_corpus_runs_give_the_figures_benchmarks_quotes():
+    files = sorted((ROOT / "bench" / "results" / "loss_parity" / "code-corpus").glob("run*.json"))
+    proc = pool("--a", "fused-loss=true", "--json", *files)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert len(files) == 4 and result["noise"]["dof"] == 6 and round(result["noise"]["sd"], 4) == 0.0123
+    (config, s), = result["configs"].items()
+    assert config == f"fused-loss=true attention-backend=cudnn-flash4 {PARITY_REST} loss-epilogue=true qkv-bias-gemm=true"
+    assert (s["runs"], round(s["mean"], 4), round(s["stderr"], 4), round(s["rms"], 4)) == (9, 0.0072, 0.009, 0.0266)
