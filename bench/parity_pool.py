@@ -42,7 +42,8 @@ def own_keys(run: dict, common: list[str]) -> tuple[tuple[str, ...], int | None]
 
 def run_row(path: Path, name: str, run: dict, common: list[str]) -> dict:
     config, seed = own_keys(run, common)
-    return {"file": str(path), "name": name, "config": config, "seed": seed, "tail": last_half_mean(run["losses"])}
+    return {"file": str(path), "name": name, "config": config, "seed": seed, "tail": last_half_mean(run["losses"]),
+            "val": run["final_val_loss"]}
 
 
 def shared_keys(report: dict) -> tuple[str, ...]:
@@ -56,7 +57,7 @@ def shared_keys(report: dict) -> tuple[str, ...]:
 
 
 def load_runs(paths: list[Path]) -> list[dict]:
-    """Every finished run of every file, as {file, name, config, seed, tail}; all files of one shape and
+    """Every finished run of every file, as {file, name, config, seed, tail, val}; all files of one shape and
     with the same keys given to every run (the same data, among them)."""
     runs, shape = [], None
     for path in paths:
@@ -81,11 +82,13 @@ def load_runs(paths: list[Path]) -> list[dict]:
 
 def pool(runs: list[dict], a: tuple[str, ...]) -> dict:
     """Per seed the A runs' mean and spread; per other run its drifts; per other configuration their summary."""
-    a_tails: dict = {}
+    a_tails, a_vals = {}, {}
     for run in runs:
         if run["config"] == a:
             a_tails.setdefault(run["seed"], []).append(run["tail"])
-    seeds = {seed: {"a_runs": len(tails), "a_mean": sum(tails) / len(tails), "a_spread": spread(tails)}
+            a_vals.setdefault(run["seed"], []).append(run["val"])
+    seeds = {seed: {"a_runs": len(tails), "a_mean": sum(tails) / len(tails), "a_spread": spread(tails),
+                    "a_val_mean": sum(a_vals[seed]) / len(tails)}
              for seed, tails in sorted(a_tails.items(), key=lambda kv: str(kv[0]))}
     noise = a_noise(a_tails)
     rows = []
@@ -96,12 +99,14 @@ def pool(runs: list[dict], a: tuple[str, ...]) -> dict:
         pooled = seeds.get(run["seed"])
         rows.append({"file": run["file"], "name": run["name"], "config": list(run["config"]), "seed": run["seed"],
                      "drift": None if pooled is None else run["tail"] - pooled["a_mean"],
+                     "val_diff": None if pooled is None else run["val"] - pooled["a_val_mean"],
                      "drift_own_a": run["tail"] - own_a[0] if own_a else None})
     configs: dict = {}
     for row in rows:
         if row["drift"] is not None:
-            configs.setdefault(" ".join(row["config"]), []).append(row["drift"])
-    summary = {config: {"runs": len(d), **mean_and_stderr(d), "rms": rms(d)} for config, d in configs.items()}
+            configs.setdefault(" ".join(row["config"]), []).append(row)
+    summary = {config: {"runs": len(c), **mean_and_stderr([r["drift"] for r in c]), "rms": rms([r["drift"] for r in c]),
+                        "val_diff": mean_and_stderr([r["val_diff"] for r in c])} for config, c in configs.items()}
     return {"a": list(a), "seeds": {str(s): v for s, v in seeds.items()}, "noise": noise, "runs": rows, "configs": summary}
 
 
@@ -133,6 +138,10 @@ def fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.4f}"
 
 
+def err(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4f}"
+
+
 def show(result: dict) -> None:
     print(f"A ({' '.join(result['a']) or 'the config as is'}) per seed: runs, last-half mean, spread")
     for seed, s in result["seeds"].items():
@@ -143,10 +152,10 @@ def show(result: dict) -> None:
     noise = result["noise"]
     if noise["sd"] is not None:
         print(f"A's run-to-run standard deviation within a seed: {noise['sd']:.4f} ({noise['dof']} degrees of freedom)")
-    print("per configuration: runs, mean drift ± standard error, rms drift")
+    print("per configuration: runs, mean drift ± standard error, rms drift; final validation loss against A's")
     for config, s in result["configs"].items():
-        stderr = "n/a" if s["stderr"] is None else f"{s['stderr']:.4f}"
-        print(f"  {s['runs']} runs, {fmt(s['mean'])} ± {stderr}, rms {s['rms']:.4f}  {config}")
+        print(f"  {s['runs']} runs, {fmt(s['mean'])} ± {err(s['stderr'])}, rms {s['rms']:.4f}; "
+              f"val {fmt(s['val_diff']['mean'])} ± {err(s['val_diff']['stderr'])}  {config}")
     if "versus" in result:
         print(f"per configuration against {' '.join(result['versus']['config'])}: difference of mean drifts ± standard error")
         for config, d in result["versus"]["differences"].items():
