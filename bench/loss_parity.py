@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Loss parity: train two configurations from the same seed on the embedded corpus and compare the curves.
+"""Loss parity: train two configurations from the same seed on the same data and compare the curves.
 
 Both runs go through gptforge's trainer with the same config, seed, data order and step count; they
 differ only in the keys of --a and --b (default: the reference loss against the fused chunked one).
@@ -16,12 +16,22 @@ A same-seed pair against the A/A floor only measures perturbations of the size o
 systematically: per seed the curve difference, the drift (mean of B - A train loss over the last half of
 the steps, signed) and B - A final val loss; across seeds their mean and standard error, beside A's own
 seed-to-seed spread. With --repeat-a, A is trained twice on every seed: each seed's A rerun drift (A2 - A)
-is the noise floor, and the scatter of B's drifts around zero (rms) is read against the scatter of A's.
+is the noise floor, beside the scatter of B's drifts around zero (rms). A systematic difference shows in
+the mean drift; a change of numerics scatters more than a rerun, which differs only by the order of
+atomics, so the scatter alone is no verdict.
+
+The data is the embedded corpus unless --both gives every run other keys. 500 steps of 16 x 1024 tokens
+read the embedded corpus about 13 times, so its training loss measures memorization; for a training loss
+that is a held-out loss, give a corpus the runs read less than once (each run reports its
+train_passes), e.g. bench/code_corpus.sh's: --both "$(cat DIR/keys)". The report names that corpus by
+the sha256 of its .bin files ("data"), so bench/parity_pool.py pools calls that built it elsewhere.
 Runs are named a@S, b@S, a2@S; the top-level a_vs_b and a_vs_a are the first seed's.
 
     PYTHONPATH=src python3 bench/loss_parity.py --steps 500 --repeat-a
     PYTHONPATH=src python3 bench/loss_parity.py --b transformer-engine=true,fp8=true --steps 500
     PYTHONPATH=src python3 bench/loss_parity.py --steps 500 --repeat-a --seeds 1337,2,3
+    bash bench/code_corpus.sh out/code
+    PYTHONPATH=src python3 bench/loss_parity.py --both "$(cat out/code/keys)" --a fused-loss=true --b fused-loss=true,bf16-residual=true --repeat-a --seeds 5,6
 """
 
 from __future__ import annotations
@@ -264,7 +274,8 @@ def show_seeds(rows: list[dict], summary: dict) -> None:
     scatter = summary["rms"]
     if scatter["aa_runs"]:
         print(f"  scatter around zero (rms): drift {num(scatter['drift'])}, A's rerun drift {num(scatter['aa_drift'])} "
-              f"over {scatter['aa_runs']} seeds (B at parity: a mean drift within its error and a scatter like A's reruns)")
+              f"over {scatter['aa_runs']} seeds (an offset shows in the mean drift; a change of numerics scatters more "
+              "than a rerun)")
 
 
 def parse_args(argv: list[str]):
