@@ -41,7 +41,7 @@ def test_each_run_is_read_against_the_mean_of_its_seeds_a_runs_from_every_file(t
     proc = pool("--a", "fused-loss=true", "--json", first, second)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert result["seeds"]["1"] == {"a_runs": 2, "a_mean": pytest.approx(3.1), "a_spread": pytest.approx(0.2)}
+    assert result["seeds"]["1"] == {"a_runs": 2, "a_mean": pytest.approx(3.1), "a_spread": pytest.approx(0.2), "a_val_mean": 5.0}
     rows = {(Path(r["file"]).name, r["name"]): r for r in result["runs"]}
     assert rows[("one.json", "b@1")]["drift"] == pytest.approx(0.4)  # against 3.1, the pooled mean
     assert rows[("one.json", "b@1")]["drift_own_a"] == pytest.approx(0.5)  # against its own call's 3.0
@@ -180,7 +180,9 @@ def test_the_committed_code_corpus_runs_give_the_figures_benchmarks_quotes():
     proc = pool("--a", "fused-loss=true", "--json", *files)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert len(files) == 4 and result["noise"]["dof"] == 6 and round(result["noise"]["sd"], 4) == 0.0123
-    (config, s), = result["configs"].items()
-    assert config == f"fused-loss=true attention-backend=cudnn-flash4 {PARITY_REST} loss-epilogue=true qkv-bias-gemm=true"
-    assert (s["runs"], round(s["mean"], 4), round(s["stderr"], 4), round(s["rms"], 4)) == (9, 0.0072, 0.009, 0.0266)
+    assert len(files) == 5 and result["noise"]["dof"] == 7 and round(result["noise"]["sd"], 4) == 0.0126
+    s = result["configs"][f"fused-loss=true attention-backend=cudnn-flash4 {PARITY_REST} loss-epilogue=true qkv-bias-gemm=true"]
+    assert (s["runs"], round(s["mean"], 4), round(s["stderr"], 4), round(s["rms"], 4)) == (9, 0.0079, 0.0093, 0.0274)
+    assert (round(s["val_diff"]["mean"], 4), round(s["val_diff"]["stderr"], 4)) == (0.01, 0.0107)
+    alone = result["configs"]["fused-loss=true bf16-residual=true"]
+    assert (alone["runs"], round(alone["mean"], 4), round(alone["val_diff"]["mean"], 4)) == (1, 0.0164, 0.0155)
