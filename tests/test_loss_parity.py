@@ -128,21 +128,6 @@ def test_a_failed_run_exits_1_and_keeps_the_finished_seeds(tmp_path, monkeypatch
     assert report["seed_summary"]["n"] == 1 and report["seed_summary"]["drift"]["stderr"] is None
 
 
-def test_seeds_pair_a_and_b_per_seed_on_cpu(tmp_path):
-    proc = run_script(tmp_path, "--steps", "3", "--batch", "2", "--seeds", "1,2")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = json.loads((tmp_path / "loss_parity.json").read_text())
-    runs = report["runs"]
-    assert list(runs) == ["a@1", "b@1", "a@2", "b@2"] and report["complete"] is True
-    assert [row["seed"] for row in report["seeds"]] == [1, 2]
-    assert runs["a@1"]["losses"] != runs["a@2"]["losses"]  # the seed reached the trainer
-    assert report["a_vs_b"] == report["seeds"][0]["a_vs_b"]
-    summary = report["seed_summary"]
-    assert summary["n"] == 2 and summary["drift"]["stderr"] is not None and summary["a_spread"]["val"] > 0
-    assert "seed 2: training b (4/4)" in proc.stderr
-    assert "seed 2: a vs b max |diff|" in proc.stdout and "across 2 seeds: drift mean" in proc.stdout
-
-
 def test_max_drift_fails_the_seeds_whose_drift_is_above_it(tmp_path, monkeypatch, capsys):
     runs = iter([fake_run(3.0), fake_run(3.004), fake_run(3.0), fake_run(3.05)])  # seed 1 +0.004, seed 2 +0.05
     monkeypatch.setattr(loss_parity, "train_once", lambda config, keys, run_dir, device: next(runs))
@@ -158,7 +143,7 @@ def test_max_drift_without_seeds_exits_2(capsys):
     assert "give --seeds too" in capsys.readouterr().err
 
 
-def test_both_gives_every_run_the_same_data_and_each_run_says_how_often_it_read_it(tmp_path, cli):
+def test_seeds_pair_a_and_b_per_seed_on_the_data_both_runs_are_given_on_cpu(tmp_path, cli):
     sources = [tmp_path / f"doc{i}.txt" for i in range(40)]
     for i, path in enumerate(sources):
         path.write_text(f"def function_{i}(x):\n    return x * {i} + {i * i}\n" * 30)
@@ -167,18 +152,27 @@ def test_both_gives_every_run_the_same_data_and_each_run_says_how_often_it_read_
                "--output-prefix", str(prefix))
     assert made.returncode == 0, made.stderr
     data = f"data-path={prefix}_text_document,tokenizer-type=gpt2"
-    proc = run_script(tmp_path, "--steps", "2", "--batch", "2", "--both", data)
+    proc = run_script(tmp_path, "--steps", "3", "--batch", "2", "--seeds", "1,2", "--both", data)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "loss_parity.json").read_text())
+    runs = report["runs"]
+    assert list(runs) == ["a@1", "b@1", "a@2", "b@2"] and report["complete"] is True
+    assert [row["seed"] for row in report["seeds"]] == [1, 2]
+    assert runs["a@1"]["losses"] != runs["a@2"]["losses"]  # the seed reached the trainer
+    assert report["a_vs_b"] == report["seeds"][0]["a_vs_b"]
+    summary = report["seed_summary"]
+    assert summary["n"] == 2 and summary["drift"]["stderr"] is not None and summary["a_spread"]["val"] > 0
+    assert "seed 2: training b (4/4)" in proc.stderr
+    assert "seed 2: a vs b max |diff|" in proc.stdout and "across 2 seeds: drift mean" in proc.stdout
+    # every run got the data, and the report names it by content (for pooling) and says how often it was read
     assert report["common"][-2:] == data.split(",")
     digest = hashlib.sha256(Path(f"{prefix}_text_document.bin").read_bytes()).hexdigest()
-    assert report["data"] == {"bin_sha256": {"code_text_document": digest}}  # the corpus by content, for pooling
-    for run in report["runs"].values():
+    assert report["data"] == {"bin_sha256": {"code_text_document": digest}}
+    for run in runs.values():
         assert run["keys"][:len(report["common"])] == report["common"] and 0 < run["train_passes"]
-        assert any("data: " in note for note in run["notes"]) is (run["train_passes"] > 1)
+        assert any("data: the run reads" in note for note in run["notes"]) is (run["train_passes"] > 1)
     assert "passes over the training split" in proc.stdout
-    bad = loss_parity.main(["--config", "gpt2-tiny", "--both", "no-such-key=1"])
-    assert bad == 2
+    assert loss_parity.main(["--config", "gpt2-tiny", "--both", "no-such-key=1"]) == 2
 
 
 def test_the_code_corpus_is_built_once_from_the_machines_own_source(tmp_path):
