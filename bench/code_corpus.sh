@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A corpus for loss parity that a 500-step run reads less than once: the Python standard library's and
 # torch's own source (tests left out), one document per file in byte order of the path, GPT-2's BPE.
-# Training loss on it is a held-out loss throughout, where the embedded corpus repeats ~10 times in the
+# Training loss on it is a held-out loss throughout, where the embedded corpus repeats ~13 times in the
 # same run and its training loss measures how fast a model memorizes. Built from what the machine has
 # (no download); its file list, token counts and hashes are written beside it, since another Python or
 # torch gives another corpus.

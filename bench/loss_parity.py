@@ -126,14 +126,10 @@ def data_identity(keys: list[str]) -> dict | None:
     paths = [value for key, value in map(parse_override, keys) if key == "data-path"]
     if not paths:
         return None
-    prefixes = [p for p in paths[-1] if Path(f"{p}.bin").is_file()]
     digests = {}
-    for prefix in prefixes:
-        h = hashlib.sha256()
+    for prefix in (p for p in paths[-1] if Path(f"{p}.bin").is_file()):  # a blend's weights name no file
         with open(f"{prefix}.bin", "rb") as f:
-            while chunk := f.read(1 << 24):
-                h.update(chunk)
-        digests[Path(prefix).name] = h.hexdigest()
+            digests[Path(prefix).name] = hashlib.file_digest(f, "sha256").hexdigest()
     return {"bin_sha256": digests}
 
 

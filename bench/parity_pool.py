@@ -8,7 +8,9 @@ run keys, the data cache and the seed) are exactly --a, and prints, for every ot
 of B - mean of A training loss over the last half of the steps, signed) against the mean of its seed's
 A runs, beside the drift against its own call's A; per seed the A runs' spread (the largest difference
 of two A runs' last-half means) and, over every seed, A's run-to-run standard deviation; per configuration
-the mean, standard error and root mean square of its drifts (a B like A scatters like A's reruns). With
+the mean, standard error and root mean square of its drifts (an offset shows in the mean; a change of
+numerics scatters more than a rerun, which differs only by the order of atomics), and its final
+validation loss against A's. With
 --versus, every configuration's mean drift is also read against that configuration's: the difference and
 its standard error (the two standard errors combined), i.e. what a lever added on top of it moves.
 
@@ -159,8 +161,7 @@ def show(result: dict) -> None:
     if "versus" in result:
         print(f"per configuration against {' '.join(result['versus']['config'])}: difference of mean drifts ± standard error")
         for config, d in result["versus"]["differences"].items():
-            stderr = "n/a" if d["stderr"] is None else f"{d['stderr']:.4f}"
-            print(f"  {fmt(d['difference'])} ± {stderr}  {config}")
+            print(f"  {fmt(d['difference'])} ± {err(d['stderr'])}  {config}")
 
 
 def main(argv: list[str] | None = None) -> int:

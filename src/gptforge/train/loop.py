@@ -240,7 +240,8 @@ class Trainer:
             self.data = self.load_data()
         elif self.resume_state is not None:
             checkpoint.check_shape(self.resume_state, cfg.model_config(self.data.vocab_size).shape(), self.resume_ckpt)
-        self.notes += [note for note in (datamod.repeat_note(self.data.train),) if note]
+        if repeat := datamod.repeat_note(self.data.train):
+            self.notes.append(repeat)
         mcfg = cfg.model_config(self.data.vocab_size)
         if self.device.type == "cuda" and cfg.tf32:
             torch.backends.cuda.matmul.allow_tf32 = True
