@@ -19,6 +19,8 @@ seed-to-seed spread. With --repeat-a, A is trained twice on every seed: each see
 is the noise floor, beside the scatter of B's drifts around zero (rms). A systematic difference shows in
 the mean drift; a change of numerics scatters more than a rerun, which differs only by the order of
 atomics, so the scatter alone is no verdict.
+--only-b trains B alone on every seed, for bench/parity_pool.py to read against the A runs that earlier
+calls trained on the same seeds, shape and data.
 
 The data is the embedded corpus unless --both gives every run other keys. 500 steps of 16 x 1024 tokens
 read the embedded corpus about 13 times, so its training loss measures memorization; for a training loss
@@ -156,12 +158,12 @@ def fallbacks(runs: dict) -> dict:
     return {name: notes for name, notes in found.items() if notes}
 
 
-def plan(a: list[str], b: list[str], seeds: list[int], repeat_a: bool) -> list[tuple[str, list[str]]]:
-    """(run name, its own keys) in training order; without seeds the names carry no @S."""
+def plan(a: list[str], b: list[str], seeds: list[int], repeat_a: bool, only_b: bool = False) -> list[tuple[str, list[str]]]:
+    """(run name, its own keys) in training order; without seeds the names carry no @S; ONLY_B: no A runs."""
     plans = []
     for seed in seeds or [None]:
         at, extra = ("", []) if seed is None else (f"@{seed}", [f"seed={seed}"])
-        plans += [("a" + at, a + extra), ("b" + at, b + extra)]
+        plans += ([] if only_b else [("a" + at, a + extra)]) + [("b" + at, b + extra)]
         if repeat_a:
             plans.append(("a2" + at, a + extra))
     return plans
@@ -217,7 +219,7 @@ def parity(args, save) -> dict:
     args.data = data_identity(args.both)
     work = Path(tempfile.mkdtemp(prefix="gptforge-parity-"))
     cache = f"data-cache-dir={work / 'data'}"
-    plans = plan(args.a, args.b, seeds, args.repeat_a)
+    plans = plan(args.a, args.b, seeds, args.repeat_a, args.only_b)
     runs: dict = {}
     # written before the first run too, so a stale file from an earlier invocation never reads as this one's
     save(report := build_report(args, common, seeds, runs, complete=False))
@@ -244,8 +246,11 @@ def show(report: dict) -> None:
             d = report[label]
             print(f"  {label.replace('_', ' ')}: max |diff| {d['max_abs']:.4g}, mean {d['mean_abs']:.4g}, "
                   f"mean over the last 10% {d['tail_mean_abs']:.4g}")
-    if seeds:
+    if seeds and report["seeds"]:
         show_seeds(report["seeds"], report["seed_summary"])
+    elif seeds:
+        print("  no A runs here: pool these B runs with A runs of the same seeds, shape and data from other calls "
+              "(bench/parity_pool.py)")
 
 
 def passes_text(run: dict) -> str:
@@ -287,6 +292,9 @@ def parse_args(argv: list[str]):
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     p.add_argument("--repeat-a", action="store_true",
                    help="train A twice (on every seed, with --seeds): the run-to-run noise floor")
+    p.add_argument("--only-b", action="store_true",
+                   help="with --seeds: train only B on every seed, for bench/parity_pool.py to read against the A "
+                        "runs of earlier calls on the same seeds, shape and data (half the device time)")
     p.add_argument("--max-diff", type=float, default=None, help="exit 1 when the A/B max |loss diff| is above this")
     p.add_argument("--max-drift", type=float, default=None,
                    help="with --seeds: exit 1 when any seed's |drift| (mean B - A over the last half) is above this")
@@ -318,6 +326,10 @@ def check(args) -> str | None:
         return "--seeds sets seed=S on both runs: drop seed from --a, --b and --both"
     if args.max_drift is not None and not seeds:
         return "--max-drift reads the per-seed drift: give --seeds too"
+    if args.only_b and not seeds:
+        return "--only-b trains B for pooling per seed: give --seeds too"
+    if args.only_b and (args.repeat_a or args.max_diff is not None or args.max_drift is not None):
+        return "--only-b trains no A: drop --repeat-a, --max-diff and --max-drift (bench/parity_pool.py compares)"
     return None
 
 

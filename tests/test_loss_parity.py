@@ -73,6 +73,22 @@ def test_the_plan_pairs_a_and_b_per_seed_and_repeats_a_on_every_seed():
     assert plans == [("a@7", ["x=1", "seed=7"]), ("b@7", ["x=2", "seed=7"]), ("a2@7", ["x=1", "seed=7"]),
                      ("a@3", ["x=1", "seed=3"]), ("b@3", ["x=2", "seed=3"]), ("a2@3", ["x=1", "seed=3"])]
     assert loss_parity.plan(["x=1"], ["x=2"], [], repeat_a=False) == [("a", ["x=1"]), ("b", ["x=2"])]
+    assert loss_parity.plan(["x=1"], ["x=2"], [7, 3], repeat_a=False, only_b=True) == [
+        ("b@7", ["x=2", "seed=7"]), ("b@3", ["x=2", "seed=3"])]
+
+
+def test_only_b_trains_b_on_every_seed_for_the_pool_and_refuses_what_needs_a(tmp_path, monkeypatch, capsys):
+    trained = []
+    monkeypatch.setattr(loss_parity, "train_once", lambda config, keys, run_dir, device: trained.append(keys) or fake_run(3.0))
+    monkeypatch.setenv("GPTFORGE_BENCH_OUT", str(tmp_path))
+    assert loss_parity.main(["--config", "gpt2-tiny", "--seeds", "1,2", "--steps", "2", "--batch", "2", "--only-b"]) == 0
+    assert all("fused-loss=true" in keys for keys in trained) and len(trained) == 2  # B's keys only
+    report = json.loads((tmp_path / "loss_parity.json").read_text())
+    assert list(report["runs"]) == ["b@1", "b@2"] and report["complete"] is True and report["seeds"] == []
+    assert "pool these B runs" in capsys.readouterr().out
+    for extra, problem in (([], "give --seeds too"), (["--seeds", "1", "--repeat-a"], "drop --repeat-a")):
+        assert loss_parity.main(["--config", "gpt2-tiny", "--only-b", *extra]) == 2
+        assert problem in capsys.readouterr().err
 
 
 def test_each_seeds_rerun_of_a_gives_the_noise_floor_that_bs_drifts_are_read_against():
