@@ -135,6 +135,16 @@ def data_identity(keys: list[str]) -> dict | None:
     return {"bin_sha256": digests}
 
 
+def config_values(config: str) -> dict:
+    """Every key of CONFIG as the trainer resolves it before any run's keys: what the runs' own keys are read
+    against, so a report says which defaults "--a fused-loss=true" stood on when it was made."""
+    from dataclasses import asdict
+
+    from gptforge.train.config import load_config
+
+    return asdict(load_config(config)[0])
+
+
 def train_once(config: str, keys: list[str], run_dir: Path, device: str) -> dict:
     """One training run in its own process, as a user would start it: nothing (compiled graphs, a library
     left half-imported) carries over from one run into the next."""
@@ -195,8 +205,8 @@ def seed_summary(rows: list[dict], runs: dict) -> dict:
 
 def build_report(args, common: list[str], seeds: list[int], runs: dict, complete: bool) -> dict:
     """The report of the runs finished so far."""
-    report = {"config": args.config, "steps": args.steps, "batch": args.batch, "common": common, "runs": runs,
-              "complete": complete, "fallbacks": fallbacks(runs), "data": args.data}
+    report = {"config": args.config, "config_values": args.config_values, "steps": args.steps, "batch": args.batch,
+              "common": common, "runs": runs, "complete": complete, "fallbacks": fallbacks(runs), "data": args.data}
     at = f"@{seeds[0]}" if seeds else ""
     for label, other in (("a_vs_b", "b"), ("a_vs_a", "a2")):
         if "a" + at in runs and other + at in runs:
@@ -217,6 +227,7 @@ def parity(args, save) -> dict:
     common = [k.format(batch=args.batch, steps=args.steps, warmup=max(1, args.steps // 10)) for k in RUN_KEYS] + args.both
     seeds = parse_seeds(args.seeds)
     args.data = data_identity(args.both)
+    args.config_values = config_values(args.config)
     work = Path(tempfile.mkdtemp(prefix="gptforge-parity-"))
     cache = f"data-cache-dir={work / 'data'}"
     plans = plan(args.a, args.b, seeds, args.repeat_a, args.only_b)

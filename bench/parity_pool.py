@@ -70,16 +70,26 @@ def load_runs(paths: list[Path]) -> list[dict]:
         except (OSError, ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError) as e:
             raise BadInput(f"{path}: not a loss_parity.py report ({type(e).__name__}: {e})") from None
         if shape is None:
-            shape = this
+            shape, first_values = this, report.get("config_values")
         elif this[:3] != shape[:3]:
             raise BadInput(f"{path}: {this[0]}, {this[1]} steps of batch {this[2]}, where the first file has "
                            f"{shape[0]}, {shape[1]} steps of batch {shape[2]}: pool runs of one shape")
+        elif report.get("config_values") != first_values:
+            raise BadInput(f"{path}: its config's defaults differ from the first file's ({config_change(first_values, report.get('config_values'))}): "
+                           "the same own keys would name other runs; pool reports made with one config")
         elif this != shape:
             differ = sorted(set(this[3]) ^ set(shape[3]))
             raise BadInput(f"{path}: its runs share other keys than the first file's ({' '.join(differ)}): "
                            "pool runs of the same data and shared keys")
         runs += found
     return runs
+
+
+def config_change(first: dict | None, other: dict | None) -> str:
+    """The keys two reports' config values differ in; reports made before they were recorded have none."""
+    if first is None or other is None:
+        return "one of them was made before reports recorded their config's values"
+    return ", ".join(f"{k} {first.get(k)} vs {other.get(k)}" for k in sorted(set(first) | set(other)) if first.get(k) != other.get(k))
 
 
 def pool(runs: list[dict], a: tuple[str, ...]) -> dict:

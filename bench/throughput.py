@@ -96,6 +96,8 @@ LEVERS = {lv.name: lv for lv in (
     Lever("bf16-residual", ("bf16-residual=true",),
           "+3-5%: the residual adds, the 25 LayerNorms and their backward (~7 ms, memory-bound) move 8 bytes an "
           "element instead of 12-16"),
+    Lever("float32-residual", ("bf16-residual=false",),
+          "-5% against a config with the bf16 stream on (the GPT-2 configs' default; the reverse of bf16-residual)"),
     Lever("flash-attention", ("attention-backend=flash",),
           "±1%: auto already picks flash (FA2) for bf16 head dim 64"),
     Lever("foreach-adamw", ("fused-adamw=false",),
@@ -125,7 +127,7 @@ LEVERS = {lv.name: lv for lv in (
 DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "reference-loss", "fp8-output", "fp8-output-gradients",
                   "loss-epilogue", "automatic-gc", "apex-fused-adam", "coordinate-descent", "combo-kernels",
                   "qkv-bias-gemm", "cudnn-attention", "flash4-attention", "cudnn-flash4-attention", "gelu-epilogue",
-                  "bf16-residual", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x", "flash-attention",
+                  "bf16-residual", "float32-residual", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x", "flash-attention",
                   "eager", "max-autotune", "te", "te-fp8-delayed", "te-fp8-current", "torchao-float8-tensorwise",
                   "torchao-float8-rowwise")
 

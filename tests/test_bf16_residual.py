@@ -80,8 +80,8 @@ def test_without_bf16_autocast_it_changes_nothing(autocast_dtype):
 
 @pytest.mark.parametrize("precision, on, note", [
     ("bf16", True, "residual stream: bf16 (weights, LayerNorm statistics and weight gradients float32)"),
-    ("auto", False, "bf16 residual stream asked for but the run is fp32: float32 residual stream"),
-    ("fp32", False, "bf16 residual stream asked for but the run is fp32: float32 residual stream"),
+    ("auto", False, "residual stream: float32 (bf16-residual applies to bf16 runs; this run is fp32)"),
+    ("fp32", False, "residual stream: float32 (bf16-residual applies to bf16 runs; this run is fp32)"),
 ])
 def test_the_trainer_turns_it_on_only_for_bf16_runs(precision, on, note):
     backend = LayerBackend()
@@ -96,7 +96,7 @@ def test_the_trainer_logs_the_choice(tmp_path):
            f"data-cache-dir={tmp_path / 'data'}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "bf16 residual stream asked for but the run is fp32: float32 residual stream" in json.loads(proc.stdout)["notes"]
+    assert "residual stream: float32 (bf16-residual applies to bf16 runs; this run is fp32)" in json.loads(proc.stdout)["notes"]
 
 
 @pytest.mark.gpu

@@ -15,9 +15,10 @@ RESULTS = sorted((ROOT / "bench" / "results" / "loss_parity").glob("*.json"))
 COMMON = ["train-iters=4", "keep-last=1"]
 
 
-def report(path: Path, runs: dict, steps: int = 4, common: list[str] = COMMON, data: dict | None = None) -> Path:
-    """A loss_parity.py report with RUNS: name -> (own keys, losses)."""
-    body = {"config": "gpt2-124m", "steps": steps, "batch": 16, "common": common, "data": data,
+def report(path: Path, runs: dict, steps: int = 4, common: list[str] = COMMON, data: dict | None = None,
+           values: dict | None = None) -> Path:
+    """A loss_parity.py report with RUNS: name -> (own keys, losses); VALUES: its config's values (None: not recorded)."""
+    body = {"config": "gpt2-124m", "steps": steps, "batch": 16, "common": common, "data": data, "config_values": values,
             "runs": {name: {"keys": common + ["data-cache-dir=/tmp/x/data", *keys], "losses": losses,
                             "final_val_loss": 5.0, "notes": []} for name, (keys, losses) in runs.items()}}
     path.write_text(json.dumps(body))
@@ -108,6 +109,20 @@ def test_files_whose_runs_share_other_keys_are_refused_in_one_line(tmp_path):
     assert "share other keys than the first file's (data-path=code_text_document)" in proc.stderr
 
 
+def test_reports_made_on_other_config_defaults_are_refused_in_one_line(tmp_path):
+    runs = {"a@1": (["fused-loss=true", "seed=1"], [1.0] * 4)}
+    old = {"lr": 6e-4, "bf16_residual": False}
+    first = report(tmp_path / "one.json", runs, values=old)
+    same = report(tmp_path / "two.json", runs, values=dict(old))
+    new = report(tmp_path / "three.json", runs, values={**old, "bf16_residual": True})
+    unrecorded = report(tmp_path / "four.json", runs)
+    assert pool(first, same).returncode == 0
+    proc = pool(first, new)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "its config's defaults differ from the first file's (bf16_residual False vs True)" in proc.stderr
+    assert "made before reports recorded" in pool(unrecorded, first).stderr
+
+
 def test_the_same_corpus_built_in_two_directories_pools_and_another_corpus_does_not(tmp_path):
     def made(name: str, where: str, digest: str) -> Path:
         return report(tmp_path / name, {"a@1": (["fused-loss=true", "seed=1"], [1.0] * 4)},
@@ -180,9 +195,12 @@ def test_the_committed_code_corpus_runs_give_the_figures_benchmarks_quotes():
     proc = pool("--a", "fused-loss=true", "--json", *files)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert len(files) == 5 and result["noise"]["dof"] == 7 and round(result["noise"]["sd"], 4) == 0.0126
+    assert len(files) == 8 and result["noise"]["dof"] == 7 and round(result["noise"]["sd"], 4) == 0.0126
     s = result["configs"][f"fused-loss=true attention-backend=cudnn-flash4 {PARITY_REST} loss-epilogue=true qkv-bias-gemm=true"]
     assert (s["runs"], round(s["mean"], 4), round(s["stderr"], 4), round(s["rms"], 4)) == (9, 0.0079, 0.0093, 0.0274)
     assert (round(s["val_diff"]["mean"], 4), round(s["val_diff"]["stderr"], 4)) == (0.01, 0.0107)
-    alone = result["configs"]["fused-loss=true bf16-residual=true"]
-    assert (alone["runs"], round(alone["mean"], 4), round(alone["val_diff"]["mean"], 4)) == (1, 0.0164, 0.0155)
+    alone = result["configs"]["fused-loss=true bf16-residual=true"]  # the GPT-2 configs' default since
+    assert (alone["runs"], round(alone["mean"], 4), round(alone["stderr"], 4), round(alone["rms"], 4)) == (16, 0.0017, 0.0039, 0.0153)
+    assert (round(alone["val_diff"]["mean"], 4), round(alone["val_diff"]["stderr"], 4)) == (0.0014, 0.006)
+    only_b = [r for r in result["runs"] if "run59" in r["file"]]  # trained without A, read against runs 54-57's
+    assert len(only_b) == 8 and all(r["drift_own_a"] is None and r["drift"] is not None for r in only_b)

@@ -102,11 +102,13 @@ def fp8_context(cfg: TrainConfig, backend: LayerBackend, device: torch.device):
 
 
 def bf16_residual(cfg: TrainConfig, backend: LayerBackend, precision: Precision) -> str | None:
-    """Turn the bf16 residual stream on in BACKEND when asked for and the run is bf16; the note says which."""
+    """Turn the bf16 residual stream on in BACKEND when asked for and the run is bf16; the note says which.
+
+    The key means "in bf16 under bf16 autocast" (the GPT-2 configs set it), so an fp16/fp32 run is not a fallback."""
     if not cfg.bf16_residual:
         return None
     if precision.name != "bf16":
-        return f"bf16 residual stream asked for but the run is {precision.name}: float32 residual stream"
+        return f"residual stream: float32 (bf16-residual applies to bf16 runs; this run is {precision.name})"
     backend.bf16_residual = True
     return "residual stream: bf16 (weights, LayerNorm statistics and weight gradients float32)"
 
