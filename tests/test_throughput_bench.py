@@ -94,3 +94,23 @@ def test_nanogpt_bench_runs_unmodified_at_our_shape_and_min_ratio_decides(tmp_pa
     assert proc.returncode == 1 and "below --min-ratio 1000" in proc.stdout
     assert {p.name: p.read_bytes() for p in NANOGPT.iterdir() if p.is_file()} == before  # nothing written there
 
+
+
+def test_the_committed_runs_give_the_figures_benchmarks_quotes():
+    results = ROOT / "bench" / "results" / "throughput"
+
+    def comparison(name: str) -> dict:
+        report = json.loads((results / f"{name}.json").read_text())
+        return {row["model"]: row for row in report["comparison"]}, report["levers"]
+
+    defaults, levers = comparison("run63-defaults-bf16-residual")
+    small = defaults["gpt2-124m"]
+    assert (round(small["gptforge"]["tokens_per_s"]), round(small["ratio"], 3)) == (522065, 1.143)
+    assert "residual stream: bf16 (weights, LayerNorm statistics and weight gradients float32)" in small["gptforge"]["notes"]
+    assert round(defaults["gpt2-350m"]["ratio"], 3) == 1.089 and round(defaults["gpt2-350m"]["gptforge"]["mfu"], 3) == 0.49
+    assert levers[0]["overrides"] == ["bf16-residual=false"] and round(levers[0]["result"]["speedup"] - 1, 3) == -0.051
+    fastest, _ = comparison("run60-fastest")
+    assert (round(fastest["gpt2-124m"]["gptforge"]["tokens_per_s"]), round(fastest["gpt2-124m"]["ratio"], 3)) == (601881, 1.289)
+    assert round(fastest["gpt2-350m"]["gptforge"]["mfu"], 3) == 0.552
+    again, _ = comparison("run65-defaults")
+    assert round(again["gpt2-124m"]["ratio"], 3) == 1.143
