@@ -114,3 +114,6 @@ def test_the_committed_runs_give_the_figures_benchmarks_quotes():
     assert round(fastest["gpt2-350m"]["gptforge"]["mfu"], 3) == 0.552
     again, _ = comparison("run65-defaults")
     assert round(again["gpt2-124m"]["ratio"], 3) == 1.143
+    ratios = [comparison(name)[0]["gpt2-124m"]["ratio"]
+              for name in ("run48-fastest-combo", "run49-fastest", "run60-fastest", "run66-fastest-1", "run66-fastest-2")]
+    assert (round(min(ratios), 3), round(max(ratios), 3), round(sum(ratios) / len(ratios), 3)) == (1.289, 1.312, 1.301)
