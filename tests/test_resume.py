@@ -113,6 +113,7 @@ def test_killed_save_is_never_picked_up(tmp_path, cache):
     resumed = train(run_dir, cache, "--resume", "train-iters=8", cwd=tmp_path)  # stop right after step 8
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert not staged.exists()  # the leftover was cleaned, the step saved again in full
+    assert "resume: this key differs from the run's config.json: train-iters 12 -> 8; the run goes on" in resumed.stdout
     assert [p.name for p in checkpoint.complete_checkpoints(root)] == ["step_00000004", "step_00000008"]
 
 
@@ -122,3 +123,17 @@ def test_keep_last_prunes_old_checkpoints(tmp_path, cache):
     assert proc.returncode == 0, proc.stderr[-3000:]
     names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert names == ["latest", "step_00000012"]
+
+
+def test_a_resume_names_every_key_that_differs_from_the_runs_saved_config(tmp_path):
+    from gptforge.train.rundir import config_changes
+
+    saved = {"bf16-residual": False, "lr": 6e-4, "data-path": ["a"]}
+    assert config_changes(tmp_path, saved) is None  # nothing saved
+    (tmp_path / "config.json").write_text("{not json")
+    assert config_changes(tmp_path, saved) is None
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert config_changes(tmp_path, dict(saved)) is None
+    note = config_changes(tmp_path, {**saved, "bf16-residual": True, "lr": 3e-4, "new-key": 1})
+    assert note.startswith("resume: these keys differ from the run's config.json: bf16-residual false -> true, "
+                           "lr 0.0006 -> 0.0003; ")

@@ -229,6 +229,8 @@ class Trainer:
                 if uses_ds != bool(opts.deepspeed):
                     raise UsageError("--resume", f"{self.resume_ckpt.name} was written {'with' if uses_ds else 'without'} DeepSpeed",
                                      "resume with the same engine (--deepspeed CONFIG or none)")
+                if changes := rundir.config_changes(self.run_dir, cfg.to_dict()):
+                    self.notes.append(changes)
 
     # ---- setup -----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -324,7 +326,7 @@ class Trainer:
     def prepare_run_dir(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         checkpoint.clean_staging(self.ckpt_root)
-        write_atomic(self.run_dir / "config.json", json.dumps(self.cfg.to_dict(), indent=2).encode())  # --config reads it back
+        write_atomic(self.run_dir / rundir.CONFIG_NAME, json.dumps(self.cfg.to_dict(), indent=2).encode())  # --config reads it back
         if not (self.run_dir / "tokenizer").exists():
             self.tokenizer = self.data.tokenizer.copy_into(self.run_dir)
         else:

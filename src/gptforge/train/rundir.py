@@ -7,6 +7,7 @@ resume; the file's text (pid and host) only serves the message of a refused seco
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import socket
 import time
@@ -16,6 +17,7 @@ from gptforge.errors import GptforgeError, UsageError
 from gptforge.storage import writing
 
 LOCK_NAME = ".lock"
+CONFIG_NAME = "config.json"  # the run's resolved config, rewritten at every start
 
 
 class RunLock:
@@ -67,3 +69,20 @@ def default_run_dir(config_name: str, resume: bool) -> Path:
         raise UsageError("--resume", f"no run under runs/{stem}* holds a checkpoint to continue",
                          "pass --run-dir of the run to resume (a --run-dir without a checkpoint yet starts at step 0)")
     return Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def config_changes(run_dir: str | os.PathLike, current: dict) -> str | None:
+    """On resume: a note naming each key whose value differs from the run's saved config, None when none does
+    (or nothing readable was saved), so that a changed default or a forgotten key never changes a run silently."""
+    try:
+        saved = json.loads((Path(run_dir) / CONFIG_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict):
+        return None
+    changed = [f"{key} {json.dumps(saved[key])} -> {json.dumps(value)}"
+               for key, value in current.items() if key in saved and saved[key] != value]
+    if not changed:
+        return None
+    return (f"resume: {'these keys differ' if len(changed) > 1 else 'this key differs'} from the run's {CONFIG_NAME}: "
+            f"{', '.join(changed)}; the run goes on with the new values (give KEY=VALUE to keep a saved one)")
