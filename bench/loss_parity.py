@@ -138,11 +138,9 @@ def data_identity(keys: list[str]) -> dict | None:
 def config_values(config: str) -> dict:
     """Every key of CONFIG as the trainer resolves it before any run's keys: what the runs' own keys are read
     against, so a report says which defaults "--a fused-loss=true" stood on when it was made."""
-    from dataclasses import asdict
-
     from gptforge.train.config import load_config
 
-    return asdict(load_config(config)[0])
+    return load_config(config)[0].to_dict()
 
 
 def train_once(config: str, keys: list[str], run_dir: Path, device: str) -> dict:

@@ -89,7 +89,8 @@ def config_change(first: dict | None, other: dict | None) -> str:
     """The keys two reports' config values differ in; reports made before they were recorded have none."""
     if first is None or other is None:
         return "one of them was made before reports recorded their config's values"
-    return ", ".join(f"{k} {first.get(k)} vs {other.get(k)}" for k in sorted(set(first) | set(other)) if first.get(k) != other.get(k))
+    return ", ".join(f"{k} {json.dumps(first.get(k))} vs {json.dumps(other.get(k))}"
+                     for k in sorted(set(first) | set(other)) if first.get(k) != other.get(k))
 
 
 def pool(runs: list[dict], a: tuple[str, ...]) -> dict:

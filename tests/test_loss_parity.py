@@ -185,7 +185,7 @@ def test_seeds_pair_a_and_b_per_seed_on_the_data_both_runs_are_given_on_cpu(tmp_
     digest = hashlib.sha256(Path(f"{prefix}_text_document.bin").read_bytes()).hexdigest()
     assert report["data"] == {"bin_sha256": {"code_text_document": digest}}
     # and the defaults the runs' own keys stood on (the config's values before any key)
-    assert report["config_values"]["num_layers"] == 2 and report["config_values"]["bf16_residual"] is False
+    assert report["config_values"]["num-layers"] == 2 and report["config_values"]["bf16-residual"] is False
     for run in runs.values():
         assert run["keys"][:len(report["common"])] == report["common"] and 0 < run["train_passes"]
         assert any("data: the run reads" in note for note in run["notes"]) is (run["train_passes"] > 1)

@@ -111,15 +111,15 @@ def test_files_whose_runs_share_other_keys_are_refused_in_one_line(tmp_path):
 
 def test_reports_made_on_other_config_defaults_are_refused_in_one_line(tmp_path):
     runs = {"a@1": (["fused-loss=true", "seed=1"], [1.0] * 4)}
-    old = {"lr": 6e-4, "bf16_residual": False}
+    old = {"lr": 6e-4, "bf16-residual": False}
     first = report(tmp_path / "one.json", runs, values=old)
     same = report(tmp_path / "two.json", runs, values=dict(old))
-    new = report(tmp_path / "three.json", runs, values={**old, "bf16_residual": True})
+    new = report(tmp_path / "three.json", runs, values={**old, "bf16-residual": True})
     unrecorded = report(tmp_path / "four.json", runs)
     assert pool(first, same).returncode == 0
     proc = pool(first, new)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
-    assert "its config's defaults differ from the first file's (bf16_residual False vs True)" in proc.stderr
+    assert "its config's defaults differ from the first file's (bf16-residual false vs true)" in proc.stderr
     assert "made before reports recorded" in pool(unrecorded, first).stderr
 
 

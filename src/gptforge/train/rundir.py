@@ -1,7 +1,8 @@
-"""One writer per run directory: an flock on ``RUN/.lock``, held for the whole run, naming its holder.
+"""The run directory: where it is by default, its one writer, and the config a resume is compared with.
 
-The kernel drops the lock when the holder dies (even by SIGKILL), so a stale lock never blocks a
-resume; the file's text (pid and host) only serves the message of a refused second run.
+One writer: an flock on ``RUN/.lock``, held for the whole run, naming its holder. The kernel drops the
+lock when the holder dies (even by SIGKILL), so a stale lock never blocks a resume; the file's text
+(pid and host) only serves the message of a refused second run.
 """
 
 from __future__ import annotations
