@@ -2,10 +2,9 @@
 """nanoGPT's sustained training speed: karpathy/nanoGPT's own train.py, unmodified, on synthetic tokens.
 
 bench.py, which bench/throughput.py runs beside gptforge, times 20 steps right after its 10 burn-in steps:
-about 1.5 s of work. An H100 takes longer than that to settle at its power limit, so bench.py's figure is
-a burst figure; gptforge's timed steps run longer and more densely and meet the limit at once (clocks in
-BENCHMARKS.md). train.py runs as long as it is asked to, so its later iterations show the speed that a
-training run keeps. This writes WORK/data/synthetic/{train,val}.bin (random GPT-2 token ids), runs
+about 1.5 s of work from a GPU that idled through compilation, a burst that an H100 at its power limit
+need not keep up. train.py runs as long as it is asked to, so its later iterations show the speed that a
+training run keeps (for GPT-2 124M on an H100 the two agree: BENCHMARKS.md, runs 67-68). This writes WORK/data/synthetic/{train,val}.bin (random GPT-2 token ids), runs
 train.py there at gptforge's shape, batch and precision (one micro batch per iteration, GPT-2's biases,
 one evaluation batch at iteration 0, no checkpoint), and reads train.py's own per-iteration times
 ("iter N: loss L, time T ms"): their median, 10th and 90th percentiles after --skip iterations. Like
