@@ -93,7 +93,8 @@ def phase(samples: list[dict], name: str, start: float, end: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench/gpu_clocks.py", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="bench/gpu_clocks.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("log", type=Path, help="nvidia-smi's CSV (noheader, nounits)")
     p.add_argument("--marks", type=Path, default=None, help="lines 'NAME TIMESTAMP', one per phase start, the last one its end")
     p.add_argument("--columns", default=COLUMNS, help=f"the log's --query-gpu list (default {COLUMNS})")

@@ -93,7 +93,8 @@ def run(checkout: Path, config: str, args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench/nanogpt_train.py", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="bench/nanogpt_train.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nanogpt", type=Path, required=True, help="a karpathy/nanoGPT checkout (train.py, model.py, configurator.py)")
     p.add_argument("--models", default="gpt2-124m", help="comma list of packaged config names or .toml paths (their shape)")
     p.add_argument("--batch", type=int, default=32, help="sequences per iteration (one micro batch)")
