@@ -51,9 +51,9 @@ def write_tokens(work: Path) -> None:
         rng.integers(0, GPT2_VOCAB, SYNTHETIC_TOKENS, dtype=np.uint16).tofile(folder / f"{split}.bin")
 
 
-def command(checkout: Path, work: Path, shape: dict, batch: int, iters: int, device: str, precision: str,
-            compile_: bool) -> list[str]:
-    return [sys.executable, str((checkout / "train.py").resolve()), "--dataset=synthetic", f"--out_dir={work / 'out'}",
+def command(checkout: Path, shape: dict, batch: int, iters: int, device: str, precision: str, compile_: bool) -> list[str]:
+    """train.py's command line, run from the work directory (so its out_dir and data are relative)."""
+    return [sys.executable, str((checkout / "train.py").resolve()), "--dataset=synthetic", "--out_dir=out",
             f"--n_layer={shape['layers']}", f"--n_head={shape['heads']}", f"--n_embd={shape['width']}",
             f"--block_size={shape['seq']}", f"--batch_size={batch}", "--gradient_accumulation_steps=1", "--bias=True",
             "--dropout=0.0", f"--compile={compile_}", f"--device={device}", f"--dtype={DTYPES[precision]}",
@@ -78,7 +78,7 @@ def run(checkout: Path, config: str, args) -> dict:
     try:
         write_tokens(work)
         shutil.copy(checkout / "configurator.py", work / "configurator.py")  # train.py exec()s it from its cwd
-        cmd = command(checkout, work, shape, args.batch, args.iters, args.device, args.precision, compile_)
+        cmd = command(checkout, shape, args.batch, args.iters, args.device, args.precision, compile_)
         try:
             proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=args.timeout)
         except subprocess.TimeoutExpired:
@@ -89,7 +89,7 @@ def run(checkout: Path, config: str, args) -> dict:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         return {"model": config, "failed": f"train.py exit {proc.returncode}: " + " | ".join(tail)}
     return {"model": config, "batch": args.batch, **summary(proc.stdout, args.skip, args.batch * shape["seq"]),
-            "command": " ".join(cmd[1:])}
+            "command": " ".join(["train.py", *cmd[2:]])}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,9 +34,10 @@ def test_the_figures_are_train_pys_own_times_after_the_skipped_iterations():
     assert "failed" in nanogpt_train.summary(TRAIN_OUTPUT, skip=6, tokens_per_iter=1)
 
 
-def test_train_py_gets_gptforges_shape_one_micro_batch_and_no_checkpoint(tmp_path):
+def test_train_py_gets_gptforges_shape_one_micro_batch_and_no_checkpoint():
     shape = {"layers": 24, "heads": 16, "width": 1024, "seq": 1024}
-    cmd = nanogpt_train.command(Path("/n"), tmp_path, shape, 32, 150, "cuda", "bf16", True)
+    cmd = nanogpt_train.command(Path("/n"), shape, 32, 150, "cuda", "bf16", True)
+    assert cmd[1] == str(Path("/n/train.py").resolve()) and cmd[3] == "--out_dir=out"  # relative: nothing lands outside the work dir
     for arg in ("--n_layer=24", "--n_head=16", "--n_embd=1024", "--block_size=1024", "--batch_size=32",
                 "--gradient_accumulation_steps=1", "--bias=True", "--dtype=bfloat16", "--max_iters=150",
                 "--eval_interval=151", "--always_save_checkpoint=False"):
