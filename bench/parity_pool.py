@@ -86,11 +86,12 @@ def load_runs(paths: list[Path]) -> list[dict]:
 
 
 def config_change(first: dict | None, other: dict | None) -> str:
-    """The keys two reports' config values differ in; reports made before they were recorded have none."""
+    """How two reports' config values differ; reports made before they were recorded have none."""
+    from gptforge.train.config import value_changes
+
     if first is None or other is None:
         return "one of them was made before reports recorded their config's values"
-    return ", ".join(f"{k} {json.dumps(first.get(k))} vs {json.dumps(other.get(k))}"
-                     for k in sorted(set(first) | set(other)) if first.get(k) != other.get(k))
+    return ", ".join(value_changes(first, other)) or "their configs hold other keys"
 
 
 def pool(runs: list[dict], a: tuple[str, ...]) -> dict:

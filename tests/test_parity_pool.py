@@ -119,7 +119,7 @@ def test_reports_made_on_other_config_defaults_are_refused_in_one_line(tmp_path)
     assert pool(first, same).returncode == 0
     proc = pool(first, new)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
-    assert "its config's defaults differ from the first file's (bf16-residual false vs true)" in proc.stderr
+    assert "its config's defaults differ from the first file's (bf16-residual false -> true)" in proc.stderr
     assert "made before reports recorded" in pool(unrecorded, first).stderr
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.storage import writing
+from gptforge.train.config import value_changes
 
 LOCK_NAME = ".lock"
 CONFIG_NAME = "config.json"  # the run's resolved config, rewritten at every start
@@ -81,8 +82,7 @@ def config_changes(run_dir: str | os.PathLike, current: dict) -> str | None:
         return None
     if not isinstance(saved, dict):
         return None
-    changed = [f"{key} {json.dumps(saved[key])} -> {json.dumps(value)}"
-               for key, value in current.items() if key in saved and saved[key] != value]
+    changed = value_changes(saved, current)
     if not changed:
         return None
     return (f"resume: {'these keys differ' if len(changed) > 1 else 'this key differs'} from the run's {CONFIG_NAME}: "
