@@ -76,6 +76,15 @@ LEVERS = {lv.name: lv for lv in (
     Lever("coordinate-descent", (),
           "+0-3%: inductor tunes each generated kernel's block sizes (LayerNorm, GELU, loss); more compile time",
           env=("TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1",)),
+    Lever("pdl", (),
+          "+0-1%: Programmatic Dependent Launch: each of inductor's Triton kernels (~300 a step) starts while the "
+          "kernel before it drains", env=("TORCHINDUCTOR_ENABLE_PDL=1",)),
+    Lever("no-mix-order", (),
+          "-1-+0.5%: the LayerNorms' weight and bias gradients as inductor's own column sums, in place of partials "
+          "written by the LayerNorm backward kernel and 50 eager sums of ~11 us a step", env=("TORCHINDUCTOR_MIX_ORDER_REDUCTION=0",)),
+    Lever("mix-order-autotune", (),
+          "+0-0.5%: inductor times the LayerNorm backward kernel's rows per partial; fewer partials for the 50 eager "
+          "sums to read", env=("TORCHINDUCTOR_MIX_ORDER_REDUCTION_AUTOTUNE_SPLIT_SIZE=1",)),
     Lever("combo-kernels", ("compile-combo-kernels=true",),
           "+0-1%: inductor fuses independent small kernels (the ~60 weight casts of 5 us each, bias-gradient "
           "sums) into combined launches; more compile time"),
@@ -125,7 +134,8 @@ LEVERS = {lv.name: lv for lv in (
           "below tensorwise: per-row scales cost more in the cast and the GEMM epilogue", "torchao.float8"),
 )}
 DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "reference-loss", "fp8-output", "fp8-output-gradients",
-                  "loss-epilogue", "automatic-gc", "apex-fused-adam", "coordinate-descent", "combo-kernels",
+                  "loss-epilogue", "automatic-gc", "apex-fused-adam", "coordinate-descent", "pdl", "no-mix-order",
+                  "mix-order-autotune", "combo-kernels",
                   "qkv-bias-gemm", "cudnn-attention", "flash4-attention", "cudnn-flash4-attention", "gelu-epilogue",
                   "bf16-residual", "float32-residual", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x", "flash-attention",
                   "eager", "max-autotune", "te", "te-fp8-delayed", "te-fp8-current", "torchao-float8-tensorwise",

@@ -118,9 +118,23 @@ def test_recommend(cli):
     assert result.returncode == 0
     report = json.loads(result.stdout)
     assert report["environment"] == "cuda-13-0" and report["setup"] == "pixi run -e cuda-13-0 setup"
-    assert {e["name"] for e in report["environments"]} == {"cpu", "cuda-12-6", "cuda-12-9", "cuda-13-0"}
+    assert {e["name"] for e in report["environments"]} == {"cpu", "cuda-12-6", "cuda-12-9", "cuda-13-0", "hopper"}
+    assert [e["name"] for e in report["faster"]] == ["hopper"]
+    assert "faster on these GPUs: hopper: pixi run -e hopper setup" in cli("compat", "recommend", "--driver", "580.65.06",
+                                                                          "--gpu", "H100").stdout.replace("\n", " ")
     table = cli("compat", "recommend", "--driver", "535.104.05", "--cc", "7.0")
     assert table.returncode == 0 and "pixi run -e cuda-12-6 setup" in table.stdout
+
+
+def test_recommend_names_the_hopper_variant_only_where_every_gpu_runs_its_kernels(cli):
+    mixed = json.loads(cli("compat", "recommend", "--driver", "580.65.06", "--gpu", "H100", "--gpu", "A100", "--json").stdout)
+    assert mixed["environment"] == "cuda-13-0" and mixed["faster"] == []
+    hopper = next(e for e in mixed["environments"] if e["name"] == "hopper")
+    assert not hopper["fits"] and hopper["reasons"] == ["its own kernels run on sm_90 only, not on CC 8.0: use cuda-13-0 there"]
+    no_gpus = json.loads(cli("compat", "recommend", "--driver", "580.65.06", "--json").stdout)
+    assert no_gpus["environment"] == "cuda-13-0" and no_gpus["faster"] == []
+    old_driver = json.loads(cli("compat", "recommend", "--driver", "575.51.03", "--gpu", "H100", "--json").stdout)
+    assert old_driver["environment"] == "cuda-12-9" and old_driver["faster"] == []
 
 
 def test_recommend_exits_1_with_the_reason_when_nothing_fits(cli):

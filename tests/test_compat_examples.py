@@ -188,7 +188,7 @@ def test_recommend(driver, ccs, expected):
 def test_recommend_explains_every_environment_and_fails_on_old_drivers():
     result = recommend("470.82.01", [(8, 0)])
     assert not result.ok
-    assert {v.environment.name for v in result.verdicts} == {"cpu", "cuda-12-6", "cuda-12-9", "cuda-13-0"}
+    assert {v.environment.name for v in result.verdicts} == {"cpu", "cuda-12-6", "cuda-12-9", "cuda-13-0", "hopper"}
     assert all(v.reasons for v in result.verdicts if not v.fits)
     assert "525.60.13" in result.reason
     assert not recommend("580.65.06", [(3, 7)]).ok  # Kepler: no environment has kernels for it

@@ -205,6 +205,8 @@ def run_recommend(args) -> int:
     if result.ok:
         console.print(f"use [bold]{result.chosen.name}[/]: {result.chosen.setup}")
         console.print(f"without pixi: {result.chosen.venv}", markup=False)
+        for env in result.faster:
+            console.print(f"faster on these GPUs: [bold]{env.name}[/]: {env.setup} ({env.why})")
         return 0
     sys.stderr.write(f"gptforge: {result.reason}\n")
     return 1

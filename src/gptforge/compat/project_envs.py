@@ -11,7 +11,7 @@ from gptforge.compat.arches import CC, parse_arch, runs_on
 from gptforge.compat.combination import Combination
 from gptforge.compat.facts import load_table
 from gptforge.compat.findings import Finding, Severity
-from gptforge.core.versions import CudaVersion, DriverVersion, parse_cuda, parse_driver
+from gptforge.core.versions import CudaVersion, DriverVersion, format_cc, parse_cuda, parse_driver
 
 Judge = Callable[[Combination], list[Finding]]
 
@@ -31,6 +31,8 @@ class Environment:
     nccl: str | None = None
     min_driver: str | None = None
     sm: tuple[str, ...] = ()
+    variant_of: str | None = None  # the CUDA line this environment extends for speed
+    variant_sm: tuple[str, ...] = ()  # the GPUs its own kernels run on
 
     @property
     def is_gpu(self) -> bool:
@@ -51,6 +53,9 @@ class Environment:
 
     def covers(self, cc: CC) -> bool:
         return any(runs_on(parse_arch(a), cc) for a in self.sm)
+
+    def variant_covers(self, cc: CC) -> bool:
+        return any(runs_on(parse_arch(a), cc) for a in self.variant_sm)
 
     def combination(self, driver: str | None = None, ccs: Iterable[CC] | None = None, *,
                     gcc: str | None = None) -> Combination:
@@ -77,7 +82,8 @@ def environments() -> tuple[Environment, ...]:
             name=row["name"], torch=row["torch"], torch_channel=row["torch_channel"], python=row["python"],
             gcc=tuple(row["gcc"]), why=" ".join(row["why"].split()), source=row["source"], venv=row["venv"],
             cuda=row.get("cuda"), cudnn=row.get("cudnn"), nccl=row.get("nccl"),
-            min_driver=row.get("min_driver"), sm=tuple(row.get("sm", ())),
+            min_driver=row.get("min_driver"), sm=tuple(row.get("sm", ())), variant_of=row.get("variant_of"),
+            variant_sm=tuple(row.get("variant_sm", ())),
         )
         for row in rows
     )
@@ -105,6 +111,7 @@ class Recommendation:
     chosen: Environment | None
     verdicts: tuple[Verdict, ...]
     reason: str
+    faster: tuple[Environment, ...] = ()  # variants of the chosen line that fit and run on every GPU given
 
     @property
     def ok(self) -> bool:
@@ -117,6 +124,7 @@ class Recommendation:
             "setup": self.chosen.setup if self.chosen else None,
             "venv": self.chosen.venv if self.chosen else None,
             "reason": self.reason,
+            "faster": [{"name": e.name, "setup": e.setup, "why": e.why} for e in self.faster],
             "environments": [
                 {"name": v.environment.name, "cuda": v.environment.cuda, "fits": v.fits, "reasons": list(v.reasons)}
                 for v in self.verdicts
@@ -133,6 +141,9 @@ def _judge(env: Environment, driver: str | None, ccs: tuple[CC, ...], judge: Jud
     too_old = any(f.code == "driver-too-old" for f in findings)
     if driver and env.min_driver and parse_driver(driver) < parse_driver(env.min_driver) and not too_old:
         errors.insert(0, f"needs driver >= {env.min_driver} (environments.toml)")
+    if env.variant_of and (missed := [cc for cc in ccs if not env.variant_covers(cc)]):
+        errors.append(f"its own kernels run on sm_{', sm_'.join(a.replace('.', '') for a in env.variant_sm)} only, not on "
+                      f"CC {', '.join(map(format_cc, missed))}: use {env.variant_of} there")
     warnings = [f.message for f in findings if f.severity is Severity.WARNING]
     fits = not errors
     return Verdict(env, fits, tuple(errors if errors else warnings), findings)
@@ -145,16 +156,22 @@ def _rank(verdict: Verdict) -> tuple:
     return (has_warning, -(cuda.major * 100 + cuda.minor) if cuda else 0)
 
 
+def _faster_variants(line: Environment, verdicts: tuple[Verdict, ...], ccs: tuple[CC, ...]) -> tuple[Environment, ...]:
+    """The variants of LINE that fit, their own kernels running on every GPU given (none without GPUs)."""
+    return tuple(v.environment for v in verdicts if v.fits and v.environment.variant_of == line.name and ccs)
+
+
 def recommend(driver: str | DriverVersion | None, ccs: Iterable[CC], judge: Judge) -> Recommendation:
     """Which of the project's environments fits a machine with this driver and these GPUs, and why."""
     driver_text = str(driver) if driver is not None else None
     ccs = tuple(sorted(set(ccs or ())))
     verdicts = tuple(_judge(env, driver_text, ccs, judge) for env in environments())
-    gpu_fits = sorted((v for v in verdicts if v.fits and v.environment.is_gpu), key=_rank)
-    if gpu_fits:
-        best = gpu_fits[0]
+    lines = sorted((v for v in verdicts if v.fits and v.environment.is_gpu and not v.environment.variant_of), key=_rank)
+    if lines:
+        best = lines[0]
         why = "; ".join(best.reasons) if best.reasons else "no problem found"
-        return Recommendation(best.environment, verdicts, f"{best.environment.name}: {why}")
+        return Recommendation(best.environment, verdicts, f"{best.environment.name}: {why}",
+                              _faster_variants(best.environment, verdicts, ccs))
     if driver_text is None and not ccs:
         cpu = next(v.environment for v in verdicts if not v.environment.is_gpu)
         return Recommendation(cpu, verdicts, "no NVIDIA driver or GPU given: the cpu environment")

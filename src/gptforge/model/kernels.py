@@ -119,3 +119,20 @@ def use_loss_epilogue(backend: LayerBackend, device: torch.device, asked: bool, 
     backend.loss_epilogue = True
     return ("loss: quack's scaled-exp linear cross-entropy, the softmax in the logits GEMM's epilogue "
             "(over the padded vocabulary)")
+
+
+# What `pixi run -e hopper train-gpt2` trains GPT-2 with on an H100/H200: the fastest configuration measured
+# whose loss on held-out data is the defaults' (BENCHMARKS.md: 1.30x nanoGPT; nine seeds, runs 54-58).
+HOPPER_KEYS = ("attention-backend=cudnn-flash4", "gelu-epilogue=true", "loss-epilogue=true", "qkv-bias-gemm=true",
+               "compile-mode=reduce-overhead")
+
+
+def hopper_keys_blocker(device: torch.device) -> str | None:
+    """Why HOPPER_KEYS would not all take effect on DEVICE, or None when every one of them would."""
+    if not hopper(device):
+        return "needs an sm_90 GPU"
+    if (error := import_error(FA4_MODULE)) is not None:
+        return f"flash-attn-4 is not importable ({error})"
+    if not torch.backends.cudnn.is_available():
+        return "cuDNN's attention needs torch built with cuDNN"
+    return quack_unusable(device, QUACK_MODULE) or quack_unusable(device, QUACK_LCE_MODULE, sm90_only=True)
