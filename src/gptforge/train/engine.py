@@ -37,9 +37,13 @@ class TorchEngine:
         # apex FusedAdam.zero_grad() takes no set_to_none (it frees grads by its set_grad_none default)
         takes = inspect.signature(optimizer.zero_grad).parameters
         self.zero_grad_kwargs = {"set_to_none": True} if "set_to_none" in takes else {}
+        self.cudagraphs = uses_cudagraphs(cfg)
+        self.kept_grads = own_grad_buffers(raw_model) if self.cudagraphs and accum > 1 else None
 
     def micro_step(self, x, y, is_last: bool) -> torch.Tensor:
         sync = contextlib.nullcontext() if (is_last or not self.ddp) else self.model.no_sync()
+        if self.cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()  # this micro batch's replay may reuse the last one's outputs
         with sync:
             with self.precision.autocast(), self.fp8_context():
                 _, loss = self.model(x, y)
@@ -58,7 +62,10 @@ class TorchEngine:
         else:
             norm = clipped_step(self.optimizer, list(self.raw_model.parameters()), max_norm)
         self.scheduler.step()
-        self.optimizer.zero_grad(**self.zero_grad_kwargs)
+        if self.kept_grads is None:
+            self.optimizer.zero_grad(**self.zero_grad_kwargs)
+        else:
+            torch._foreach_zero_(self.kept_grads)
         return norm.detach()
 
     def lr(self) -> float:
@@ -85,6 +92,26 @@ class TorchEngine:
         self.scheduler.load_state_dict(trainer_state["scheduler"])
         if self.scaler and trainer_state.get("scaler"):
             self.scaler.load_state_dict(trainer_state["scaler"])
+
+
+def uses_cudagraphs(cfg: TrainConfig) -> bool:
+    """Whether the compiled step runs as CUDA graphs (torch.compile's cudagraph trees)."""
+    return cfg.compile and cfg.compile_mode in ("reduce-overhead", "max-autotune")
+
+
+def own_grad_buffers(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Zeroed .grad buffers for every trainable parameter, kept for the whole run.
+
+    Under CUDA graphs a backward's gradients are memory of the graph, which its next replay overwrites; a
+    parameter without a .grad takes that memory as its .grad, so the next micro batch of an accumulation
+    would overwrite (or fail on) what the first one left. With buffers of its own each micro batch's
+    gradient is added into them (pytorch/pytorch#169545)."""
+    grads = []
+    for param in model.parameters():
+        if param.requires_grad:
+            param.grad = torch.zeros_like(param)
+            grads.append(param.grad)
+    return grads
 
 
 def deepspeed_safe_globals() -> list:
