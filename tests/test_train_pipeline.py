@@ -71,3 +71,33 @@ def test_a_non_finite_loss_stops_the_run_at_its_step_before_the_checkpoint_after
     with pytest.raises(NonFiniteLoss, match="training loss is nan at step 4"):
         t.loop()
     assert not list((t.ckpt_root).glob("step_*"))  # step 4 is a save step: nothing was written
+
+
+class DeviceClock:
+    """An event on a made-up device timeline: elapsed_time in milliseconds, as torch.cuda.Event's."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def elapsed_time(self, end: "DeviceClock") -> float:
+        return (end.seconds - self.seconds) * 1e3
+
+
+def test_a_step_is_timed_from_the_end_of_the_one_before_it_when_queued_behind_it_else_from_its_own_start():
+    from types import SimpleNamespace
+
+    from gptforge.train.loop import LaunchedStep, Trainer
+
+    trainer = SimpleNamespace(last_step_done=0.0, last_ready=None)
+    values = torch.zeros(2)
+
+    def finish(start: float, end: float, overlapped: bool) -> float:
+        launched = LaunchedStep(1, values, DeviceClock(end), 0.0, 0.0, DeviceClock(start), overlapped)
+        return Trainer.step_seconds(trainer, launched)
+
+    assert finish(0.0, 30.0, overlapped=False) == pytest.approx(30.0)  # the first step: compilation included
+    assert finish(29.0, 30.1, overlapped=True) == pytest.approx(0.1)   # queued while the first one ran
+    assert finish(29.5, 30.2, overlapped=True) == pytest.approx(0.1)
+    # then the loop evaluates: the next step starts on an idle device
+    assert finish(45.0, 45.1, overlapped=False) == pytest.approx(0.1)
+    assert finish(45.05, 45.2, overlapped=True) == pytest.approx(0.1)

@@ -70,6 +70,8 @@ class LaunchedStep:
     ready: torch.cuda.Event | None  # None: already there
     lr: float
     t0: float
+    start: torch.cuda.Event | None = None  # on the device's timeline where the step began (CUDA only)
+    overlapped: bool = False  # queued while the step before it was still running
 
 
 def copy_to_host(values: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
@@ -79,9 +81,14 @@ def copy_to_host(values: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event |
     if values.device.type != "cuda":
         return values, None
     host = values.to("cpu", non_blocking=True)
-    ready = torch.cuda.Event()
-    ready.record()
-    return host, ready
+    return host, recorded_event()
+
+
+def recorded_event() -> torch.cuda.Event:
+    """A timing event recorded on the current stream: where the device has got to, on its own clock."""
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
 
 
 class NonFiniteLoss(GptforgeError):
@@ -201,6 +208,8 @@ class Trainer:
         self.console = console or Console(soft_wrap=True)
         self.notes: list[str] = []
         self.last_step_done = 0.0  # host clock when the last step's loss was read
+        self.last_ready: torch.cuda.Event | None = None  # the device's end of the last step read
+        self.unread = 0  # steps launched whose loss has not been read
         self.collector = ScheduledCollector(cfg.gc_interval)
 
     # ---- checks that need no GPU --------------------------------------------------------------
@@ -392,6 +401,8 @@ class Trainer:
         """Queue one optimizer step (micro batches, clipping, the optimizer) without waiting for it."""
         cfg, env = self.cfg, self.env
         t0 = time.perf_counter()
+        start = recorded_event() if self.device.type == "cuda" else None
+        overlapped, self.unread = self.unread > 0, self.unread + 1
         loss_sum = torch.zeros((), device=self.device)
         for micro in range(self.accum):
             start = datamod.micro_batch_start(self.consumed, micro, env.rank, env.world_size, cfg.micro_batch_size)
@@ -408,7 +419,8 @@ class Trainer:
         self.step += 1
         self.consumed += cfg.global_batch_size
         loss = distributed.mean_across(loss_sum / self.accum, env)
-        return LaunchedStep(self.step, *copy_to_host(torch.stack([loss.float(), norm.to(loss.device).float()])), lr, t0)
+        return LaunchedStep(self.step, *copy_to_host(torch.stack([loss.float(), norm.to(loss.device).float()])), lr, t0,
+                            start, overlapped)
 
     def finish_step(self, launched: LaunchedStep) -> dict:
         """Read a launched step's loss (waiting for it) and make its record; a non-finite loss stops the run."""
@@ -416,9 +428,8 @@ class Trainer:
         if launched.ready is not None:
             launched.ready.synchronize()  # this step's work only: the step queued after it runs on
         loss, norm = launched.values.tolist()
-        done = time.perf_counter()
-        elapsed = done - max(launched.t0, self.last_step_done)  # steps in flight overlap: count each once
-        self.last_step_done = done
+        elapsed = self.step_seconds(launched)
+        self.unread -= 1
         if not math.isfinite(loss):
             last = checkpoint.latest(self.ckpt_root)
             raise NonFiniteLoss(f"training loss is {loss} at step {launched.step}",
@@ -428,6 +439,21 @@ class Trainer:
         util = mfu(self.flops_per_token, tokens_per_s, self.peak, self.env.world_size)
         return {"kind": "train", "step": launched.step, "loss": loss, "lr": launched.lr, "grad_norm": norm,
                 "tokens_per_s": tokens_per_s, "step_ms": elapsed * 1e3, "mfu": util, "mem_gib": memory_gib(self.device)}
+
+    def step_seconds(self, launched: LaunchedStep) -> float:
+        """The time a finished step took, each second counted for one step only.
+
+        On CUDA from the device's own clock: from the end of the step before it when it was queued behind that
+        one, else from its own start (the first step, compilation included, and the step after a pause to
+        evaluate or save). Host clocks would charge a step for when the host happened to look."""
+        done = time.perf_counter()
+        seconds = done - max(launched.t0, self.last_step_done)
+        self.last_step_done = done
+        if launched.ready is not None and launched.start is not None:
+            begin = self.last_ready if launched.overlapped and self.last_ready is not None else launched.start
+            seconds = begin.elapsed_time(launched.ready) / 1e3
+            self.last_ready = launched.ready
+        return seconds
 
     def save(self) -> Path | None:
         env = self.env
