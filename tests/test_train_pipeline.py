@@ -59,6 +59,16 @@ def test_steps_followed_by_an_evaluation_or_a_save_are_read_before_the_next_is_q
     assert seen == [(1, 2), (2, 3), (3, 3), (4, 4), (5, 6), (6, 6)]
 
 
+def test_a_launched_step_knows_whether_it_was_queued_behind_another(tmp_path):
+    t = trainer(tmp_path, "e")
+    first = t.launch_step()
+    second = t.launch_step()
+    assert (first.overlapped, second.overlapped) == (False, True)
+    assert first.start is None and first.ready is None  # no device clock on a CPU: the host's times the step
+    t.finish_step(first), t.finish_step(second)
+    assert t.launch_step().overlapped is False
+
+
 def test_a_non_finite_loss_stops_the_run_at_its_step_before_the_checkpoint_after_it(tmp_path):
     t = trainer(tmp_path, "d")
     real = t.engine.micro_step

@@ -401,7 +401,7 @@ class Trainer:
         """Queue one optimizer step (micro batches, clipping, the optimizer) without waiting for it."""
         cfg, env = self.cfg, self.env
         t0 = time.perf_counter()
-        start = recorded_event() if self.device.type == "cuda" else None
+        began = recorded_event() if self.device.type == "cuda" else None
         overlapped, self.unread = self.unread > 0, self.unread + 1
         loss_sum = torch.zeros((), device=self.device)
         for micro in range(self.accum):
@@ -420,7 +420,7 @@ class Trainer:
         self.consumed += cfg.global_batch_size
         loss = distributed.mean_across(loss_sum / self.accum, env)
         return LaunchedStep(self.step, *copy_to_host(torch.stack([loss.float(), norm.to(loss.device).float()])), lr, t0,
-                            start, overlapped)
+                            began, overlapped)
 
     def finish_step(self, launched: LaunchedStep) -> dict:
         """Read a launched step's loss (waiting for it) and make its record; a non-finite loss stops the run."""
