@@ -20,6 +20,7 @@ from pathlib import Path
 from gptforge.compat.project_envs import environment
 
 STEPS = 30
+ENV_NAME = os.environ.get("PIXI_ENVIRONMENT_NAME", "")
 
 
 def check(name: str, ok: bool, detail: str) -> bool:
@@ -58,6 +59,30 @@ def cuda_checks(cuda: str) -> list[bool]:
     return results
 
 
+def hopper_checks() -> list[bool]:
+    """The hopper environment's kernel packages: installed where the CuTe DSL's kernel cache works; on an
+    sm_90 GPU imported, and every Hopper key of train-gpt2 able to take effect."""
+    import torch
+
+    from gptforge.core.installed import dsl_directory, outside_site_packages
+    from gptforge.model.kernels import FA4_MODULE, QUACK_MODULE, hopper, hopper_keys_blocker
+
+    results = []
+    for module in (FA4_MODULE, QUACK_MODULE):
+        top = module.split(".")[0]
+        found = importlib.util.find_spec(top) is not None
+        results.append(check(top, found, "installed" if found else "not installed: pixi install -e hopper"))
+    dsl = dsl_directory()
+    results.append(check("CuTe DSL", dsl is not None and not outside_site_packages(dsl),
+                         f"in {dsl}" if dsl and not outside_site_packages(dsl) else
+                         f"{dsl or 'not installed'}: quack's kernel cache needs it in site-packages"))
+    device = torch.device("cuda", 0)
+    if torch.cuda.is_available() and hopper(device):
+        why = hopper_keys_blocker(device)
+        results.append(check("Hopper keys", why is None, "train-gpt2 trains with them here" if why is None else why))
+    return results
+
+
 def train() -> bool:
     with tempfile.TemporaryDirectory(prefix="gptforge-smoke-") as run_dir:
         out = subprocess.run([sys.executable, "-m", "gptforge", "train", "--config", "gpt2-tiny",
@@ -71,11 +96,12 @@ def train() -> bool:
 
 
 def main() -> int:
-    name = os.environ.get("PIXI_ENVIRONMENT_NAME", "")
-    env = environment(name) if name else None
+    env = environment(ENV_NAME) if ENV_NAME else None
     results = [check(module, *can_import(module)) for module in ("torch", "numpy", "tokenizers", "gptforge")]
     if env is not None and env.cuda:
         results += cuda_checks(env.cuda)
+    if env is not None and env.name == "hopper":
+        results += hopper_checks()
     if importlib.util.find_spec("deepspeed") is not None:
         results.append(check("deepspeed", *can_import("deepspeed")))
     results.append(train())

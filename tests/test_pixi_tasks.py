@@ -106,3 +106,27 @@ def test_steps_script_refuses_an_unknown_step():
     out = subprocess.run([sys.executable, str(ROOT / "tasks" / "steps.py"), "build-everything"],
                          capture_output=True, text=True)
     assert out.returncode != 0 and "usage: python tasks/steps.py" in out.stderr
+
+
+def _smoke_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("smoke_task", ROOT / "tasks" / "smoke.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_smoke_in_the_hopper_environment_checks_its_kernel_packages_where_they_are_installed(capsys, monkeypatch, tmp_path):
+    smoke = _smoke_module()
+    assert smoke.hopper_checks() == [False, False, False]  # none of them on this machine
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == ["FAIL flash_attn: not installed: pixi install -e hopper", "FAIL quack: not installed: pixi install -e hopper"]
+    assert lines[2].startswith("FAIL CuTe DSL: not installed")
+    site = tmp_path / "lib" / "python3.12" / "site-packages"
+    for top in ("flash_attn", "quack", "nvidia_cutlass_dsl"):
+        (site / top).mkdir(parents=True)
+        (site / top / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(site))
+    assert smoke.hopper_checks() == [True, True, True]
+    assert capsys.readouterr().out.splitlines()[2] == f"ok   CuTe DSL: in {site / 'nvidia_cutlass_dsl'}"
