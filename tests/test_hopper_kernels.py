@@ -137,6 +137,7 @@ def test_site_packages_means_a_directory_of_that_name(directory, outside):
 def test_the_dsl_directory_is_found_without_importing_it(monkeypatch, tmp_path):
     (tmp_path / "nvidia_cutlass_dsl").mkdir()  # a namespace package, as the wheels install it
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "nvidia_cutlass_dsl", raising=False)  # the DSL's .pth imports it at startup
     assert dsl_directory() == str(tmp_path / "nvidia_cutlass_dsl")
     probed = probe_hopper_kernels()
     assert probed["dsl_directory"] == str(tmp_path / "nvidia_cutlass_dsl") and probed["dsl_outside_site_packages"]
