@@ -73,8 +73,8 @@ def hopper_checks() -> list[bool]:
         found = importlib.util.find_spec(top) is not None
         results.append(check(top, found, "installed" if found else "not installed: pixi install -e hopper"))
     dsl = dsl_directory()
-    results.append(check("CuTe DSL", dsl is not None and not outside_site_packages(dsl),
-                         f"in {dsl}" if dsl and not outside_site_packages(dsl) else
+    placed = dsl is not None and not outside_site_packages(dsl)
+    results.append(check("CuTe DSL", placed, f"in {dsl}" if placed else
                          f"{dsl or 'not installed'}: quack's kernel cache needs it in site-packages"))
     device = torch.device("cuda", 0)
     if torch.cuda.is_available() and hopper(device):

@@ -52,10 +52,10 @@ class Environment:
         return f"{self.setup} (without pixi: {self.venv})"
 
     def covers(self, cc: CC) -> bool:
-        return any(runs_on(parse_arch(a), cc) for a in self.sm)
+        return _runs_on_any(self.sm, cc)
 
     def variant_covers(self, cc: CC) -> bool:
-        return any(runs_on(parse_arch(a), cc) for a in self.variant_sm)
+        return _runs_on_any(self.variant_sm, cc)
 
     def combination(self, driver: str | None = None, ccs: Iterable[CC] | None = None, *,
                     gcc: str | None = None) -> Combination:
@@ -72,6 +72,10 @@ class Environment:
             cudnn=self.cudnn,
             nccl=self.nccl,
         )
+
+
+def _runs_on_any(arches: tuple[str, ...], cc: CC) -> bool:
+    return any(runs_on(parse_arch(a), cc) for a in arches)
 
 
 @cache
@@ -158,7 +162,9 @@ def _rank(verdict: Verdict) -> tuple:
 
 def _faster_variants(line: Environment, verdicts: tuple[Verdict, ...], ccs: tuple[CC, ...]) -> tuple[Environment, ...]:
     """The variants of LINE that fit, their own kernels running on every GPU given (none without GPUs)."""
-    return tuple(v.environment for v in verdicts if v.fits and v.environment.variant_of == line.name and ccs)
+    if not ccs:
+        return ()
+    return tuple(v.environment for v in verdicts if v.fits and v.environment.variant_of == line.name)
 
 
 def recommend(driver: str | DriverVersion | None, ccs: Iterable[CC], judge: Judge) -> Recommendation:

@@ -446,14 +446,14 @@ class Trainer:
         On CUDA from the device's own clock: from the end of the step before it when it was queued behind that
         one, else from its own start (the first step, compilation included, and the step after a pause to
         evaluate or save). Host clocks would charge a step for when the host happened to look."""
-        done = time.perf_counter()
-        seconds = done - max(launched.t0, self.last_step_done)
-        self.last_step_done = done
-        if launched.ready is not None and launched.start is not None:
-            begin = self.last_ready if launched.overlapped and self.last_ready is not None else launched.start
-            seconds = begin.elapsed_time(launched.ready) / 1e3
-            self.last_ready = launched.ready
-        return seconds
+        if launched.ready is None or launched.start is None:  # no device clock: the host's, steps counted once
+            done = time.perf_counter()
+            seconds = done - max(launched.t0, self.last_step_done)
+            self.last_step_done = done
+            return seconds
+        begin = self.last_ready if launched.overlapped and self.last_ready is not None else launched.start
+        self.last_ready = launched.ready
+        return begin.elapsed_time(launched.ready) / 1e3
 
     def save(self) -> Path | None:
         env = self.env
