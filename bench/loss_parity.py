@@ -50,7 +50,7 @@ from pathlib import Path
 # GPU defaults: GPT-2 124M at micro = global batch 16 x 1024 tokens, one eval at the end
 RUN_KEYS = ["micro-batch-size={batch}", "global-batch-size={batch}", "train-iters={steps}",
             "lr-warmup-iters={warmup}", "eval-interval={steps}", "save-interval={steps}", "eval-iters=4",
-            "log-interval=100", "keep-last=1"]
+            "log-interval=100", "keep-last=1", "hopper-kernels=off"]  # the configs' in-lock settings; --b sets what differs
 
 
 def curve_diff(a: list[float], b: list[float]) -> dict:

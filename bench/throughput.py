@@ -168,10 +168,15 @@ class Plan:
 
 # ---- one gptforge measurement (child process) ----------------------------------------------------------
 
+# every run starts from the configs' in-lock settings (the GPT-2 configs' hopper-kernels=auto would turn the Hopper
+# keys on where FA4 is importable); --set hopper-kernels=auto measures a config as it trains by default
+IN_LOCK = ("hopper-kernels=off",)
+
+
 def base_overrides(batch: int, precision: str, warmup: int, steps: int) -> list[str]:
     return [f"micro-batch-size={batch}", f"global-batch-size={batch}", f"train-iters={warmup + 2 * steps}",
             f"lr-warmup-iters={max(1, min(10, warmup))}", "eval-interval=1000000", "save-interval=1000000",
-            "log-interval=1000000", f"precision={precision}"]
+            "log-interval=1000000", f"precision={precision}", *IN_LOCK]
 
 
 def expand(overrides, batch: int) -> list[str]:

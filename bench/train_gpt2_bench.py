@@ -52,7 +52,7 @@ def run_variant(name: str, config: str, warmup: int, steps: int, out_dir: Path) 
     overrides = [f"micro-batch-size={micro}", f"global-batch-size={micro}", f"train-iters={warmup + steps}",
                  "eval-interval=1000000", "eval-iters=1", f"lr-warmup-iters={min(10, warmup)}", "save-interval=1000000", "log-interval=10",
                  "precision=bf16", f"compile={'true' if 'compile' in mode else 'false'}",
-                 f"apex-fused-adam={'true' if 'apex' in mode else 'false'}"]
+                 f"apex-fused-adam={'true' if 'apex' in mode else 'false'}", "hopper-kernels=off"]
     cfg, _ = load_config(config, overrides)
     n = (warmup + steps) * cfg.global_batch_size
     data = DataSetup(RandomTokens(n, cfg.seq_length, GPT2_VOCAB, 0), RandomTokens(cfg.global_batch_size, cfg.seq_length, GPT2_VOCAB, 1),

@@ -7,7 +7,7 @@
 On the embedded corpus the run is shortened (smaller batch, fewer steps) so that a single GPU shows
 the loss falling within a couple of minutes; with data-path= the gpt2-124m config runs as published.
 On an sm_90 GPU with the hopper environment's kernels installed (`pixi run -e hopper train-gpt2`) the
-run trains with them (gptforge.model.kernels.HOPPER_KEYS); a KEY=VALUE given here overrides any of them.
+config's `hopper-kernels = "auto"` trains with them (its first lines say so); a KEY=VALUE given here wins.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import sys
 
 from gptforge.cli import main as gptforge
-from gptforge.model.kernels import HOPPER_KEYS
 
 # 64K tokens per step, 250 steps: about a minute on one H100 (validation loss 9.12 -> 5.47 there).
 # The embedded corpus is small for 124M parameters: past ~250 steps the validation loss rises again.
@@ -29,33 +28,14 @@ def has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-def hopper_blocker() -> str | None:
-    """Why the Hopper kernels' keys would not all take effect on GPU 0 ("" when it is no sm_90 GPU), or None."""
-    import torch
-
-    from gptforge.model.kernels import hopper, hopper_keys_blocker
-
-    device = torch.device("cuda", 0)
-    return hopper_keys_blocker(device) if hopper(device) else ""
-
-
-def arguments(extra: list[str], gpu: bool, blocker: str | None = "") -> list[str]:
-    """gptforge's arguments; BLOCKER: why the Hopper keys are off (None: they are on, "": not asked)."""
+def arguments(extra: list[str], gpu: bool) -> list[str]:
     if not gpu:
         print("train-gpt2: no usable GPU here: training the tiny config (gpt2-tiny) on the CPU instead of "
               "GPT-2 124M", flush=True)
         return ["train", "--config", "gpt2-tiny", *extra]
     own_data = any(arg.startswith("data-path=") for arg in extra)
-    sizing = [] if own_data else EMBEDDED_CORPUS_RUN
-    if blocker is None:
-        print(f"train-gpt2: sm_90 with the hopper environment's kernels: training with {' '.join(HOPPER_KEYS)}",
-              flush=True)
-    elif blocker:
-        print(f"train-gpt2: the Hopper kernels are off ({blocker}): the defaults (`pixi run -e hopper train-gpt2` "
-              "has them)", flush=True)
-    return ["train", "--config", "gpt2-124m", *sizing, *(HOPPER_KEYS if blocker is None else ()), *extra]
+    return ["train", "--config", "gpt2-124m", *([] if own_data else EMBEDDED_CORPUS_RUN), *extra]
 
 
 if __name__ == "__main__":
-    gpu = has_gpu()
-    sys.exit(gptforge(arguments(sys.argv[1:], gpu, hopper_blocker() if gpu else "")))
+    sys.exit(gptforge(arguments(sys.argv[1:], has_gpu())))

@@ -355,24 +355,13 @@ def test_gelu_epilogue_with_everything_in_place_turns_quack_on(hopper_here, monk
     assert backend.mlp == "quack"
 
 
-# --- the hopper environment's keys (tasks/train_gpt2.py) ---------------------------------------------
+# --- the hopper environment's keys (hopper-kernels; tests/test_hopper_keys.py) ---------------------------------------------
 
 def test_the_hopper_keys_are_valid_on_the_gpt2_config():
     cfg, _ = load_config("gpt2-124m", list(kernels.HOPPER_KEYS))
     validate(cfg)
     assert (cfg.attention_backend, cfg.gelu_epilogue, cfg.loss_epilogue, cfg.qkv_bias_gemm, cfg.compile_mode) == \
         ("cudnn-flash4", True, True, True, "reduce-overhead")
-
-
-@pytest.fixture
-def sm90_here(monkeypatch):
-    monkeypatch.setattr(kernels, "hopper", lambda device: True)
-    monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
-    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
-    monkeypatch.setattr(kernels, "FA4_MODULE", "json")
-    monkeypatch.setattr(kernels, "QUACK_MODULE", "json")
-    monkeypatch.setattr(kernels, "QUACK_LCE_MODULE", "json")
-    monkeypatch.setattr(kernels, "dsl_directory", lambda: "/env/lib/python3.12/site-packages/nvidia_cutlass_dsl")
 
 
 def test_the_hopper_keys_need_an_sm90_gpu():
@@ -403,28 +392,3 @@ def test_the_hopper_keys_refuse_a_dsl_outside_site_packages(sm90_here, monkeypat
 def test_the_hopper_keys_without_cudnn_say_so(sm90_here, monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: False)
     assert kernels.hopper_keys_blocker(CPU) == "cuDNN's attention needs torch built with cuDNN"
-
-
-def _train_task():
-    spec = importlib.util.spec_from_file_location("train_gpt2_task", Path(__file__).parents[1] / "tasks" / "train_gpt2.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_train_gpt2_trains_with_the_hopper_keys_where_they_run_and_a_given_key_wins(capsys):
-    args = _train_task().arguments(["attention-backend=auto"], gpu=True, blocker=None)
-    keys = list(kernels.HOPPER_KEYS)
-    assert args[args.index(keys[0]):args.index(keys[0]) + len(keys)] == keys
-    assert args[-1] == "attention-backend=auto"  # later keys win in load_config
-    cfg, _ = load_config("gpt2-124m", args[3:])
-    assert cfg.attention_backend == "auto" and cfg.gelu_epilogue
-    assert "training with attention-backend=cudnn-flash4" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("blocker, says", [("flash-attn-4 is not importable (x)", "the Hopper kernels are off "
-                                            "(flash-attn-4 is not importable (x)): the defaults"), ("", "")])
-def test_train_gpt2_runs_the_defaults_elsewhere_and_says_why_on_an_sm90(capsys, blocker, says):
-    args = _train_task().arguments([], gpu=True, blocker=blocker)
-    assert not set(kernels.HOPPER_KEYS) & set(args)
-    assert (says in capsys.readouterr().out) if says else capsys.readouterr().out == ""

@@ -137,6 +137,7 @@ class TrainConfig:
     gelu_epilogue: bool
     bf16_residual: bool
     qkv_bias_gemm: bool
+    hopper_kernels: str
     fused_adamw: bool
     apex_fused_adam: bool
     apex_layernorm: bool
@@ -144,6 +145,10 @@ class TrainConfig:
     fp8: bool
     fp8_recipe: str
     float8: str
+
+    def __post_init__(self):
+        # the keys a config file or an override set (load_config); a choice like hopper-kernels=auto leaves them as given
+        self.given: frozenset[str] = frozenset()
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(
@@ -279,6 +284,7 @@ def load_config(name_or_path: str, overrides: list[str] = ()) -> tuple[TrainConf
         key, value = parse_override(text)
         values[key] = value
     cfg = TrainConfig(**{attr_name(k): v for k, v in values.items()})
+    cfg.given = frozenset(values)
     return cfg, path
 
 
@@ -377,6 +383,7 @@ def validate_split(split: str) -> None:
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
 FP8_RECIPES = ("delayed", "current")
 FLOAT8_RECIPES = ("off", "tensorwise", "rowwise")  # torchao's Float8LinearRecipeName values, and off
+HOPPER_KERNEL_CHOICES = ("auto", "on", "off")
 
 
 def validate_speed_keys(cfg: TrainConfig) -> None:
@@ -384,7 +391,7 @@ def validate_speed_keys(cfg: TrainConfig) -> None:
     from gptforge.model.layers import ATTENTION_CHOICES
 
     choices = {"compile-mode": COMPILE_MODES, "attention-backend": ATTENTION_CHOICES, "fp8-recipe": FP8_RECIPES,
-               "float8": FLOAT8_RECIPES}
+               "float8": FLOAT8_RECIPES, "hopper-kernels": HOPPER_KERNEL_CHOICES}
     for key, allowed in choices.items():
         value = getattr(cfg, attr_name(key))
         if value not in allowed:

@@ -27,6 +27,7 @@ from gptforge.model.xent import kernel_name as xent_kernel_name
 from gptforge.train import checkpoint, data as datamod, distributed, rundir
 from gptforge.train.collector import ScheduledCollector
 from gptforge.train.config import TrainConfig, validate
+from gptforge.train.hopper_keys import apply_hopper_keys
 from gptforge.train.engine import DeepSpeedEngine, TorchEngine, read_deepspeed_config
 from gptforge.train.estimate import estimate
 from gptforge.storage import kill_point, write_atomic
@@ -217,6 +218,10 @@ class Trainer:
         cfg, opts = self.cfg, self.opts
         self.world = distributed.env_world_size()
         validate(cfg, self.world)
+        device = distributed.pick_device(opts.device, int(os.environ.get("LOCAL_RANK", "0")))
+        self.cfg, hopper_note = apply_hopper_keys(cfg, device)  # before anything is written
+        cfg = self.cfg
+        self.notes += [hopper_note] if hopper_note else []
         self.ds_config = read_deepspeed_config(opts.deepspeed, cfg, self.world) if opts.deepspeed else None
         if opts.deepspeed and importlib.util.find_spec("deepspeed") is None:
             raise UsageError("--deepspeed", "DeepSpeed is not installed", "pip install deepspeed, or train without --deepspeed")

@@ -1,0 +1,44 @@
+"""``hopper-kernels``: the fastest configuration with loss parity, applied where every one of its kernels runs.
+
+The keys are ``gptforge.model.kernels.HOPPER_KEYS`` (BENCHMARKS.md: 1.30x nanoGPT at 124M, its held-out
+loss the defaults'). ``auto`` (the GPT-2 configs) applies them on an sm_90 GPU where FA4, quack, the CuTe DSL
+and cuDNN can all run, and leaves the config alone elsewhere; ``on`` applies them or stops with what is
+missing; ``off`` never does. A key the config file or the command line sets keeps its value either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from gptforge.errors import UsageError
+from gptforge.model import kernels
+from gptforge.train.config import TrainConfig, attr_name, parse_override
+
+WHERE_THEY_ARE = "`pixi run -e hopper ...` has them"
+
+
+def apply_hopper_keys(cfg: TrainConfig, device: torch.device) -> tuple[TrainConfig, str | None]:
+    """CFG with the Hopper keys it does not set itself where hopper-kernels asks for them here, and the note
+    saying what was done (None where there is nothing to say: off, or auto away from an sm_90 GPU)."""
+    choice = cfg.hopper_kernels
+    if choice == "off":
+        return cfg, None
+    blocker = kernels.hopper_keys_blocker(device)
+    if blocker is not None:
+        if choice == "on":
+            raise UsageError("hopper-kernels", f"on, but the Hopper kernels cannot run here: {blocker}",
+                             f"hopper-kernels=auto trains without them where they cannot run; {WHERE_THEY_ARE}")
+        return cfg, (f"hopper-kernels=auto: off ({blocker}; {WHERE_THEY_ARE})" if kernels.hopper(device) else None)
+    keys = {text: parse_override(text) for text in kernels.HOPPER_KEYS}
+    applied = {text: (key, value) for text, (key, value) in keys.items() if key not in cfg.given}
+    resolved = replace(cfg, **{attr_name(key): value for key, value in applied.values()})
+    resolved.given = cfg.given
+    kept = [f"{key}={shown(getattr(cfg, attr_name(key)))}" for text, (key, _) in keys.items() if text not in applied]
+    note = f"hopper-kernels={choice}: " + (" ".join(applied) or "none of its keys")
+    return resolved, note + (f" (kept as given: {' '.join(kept)})" if kept else "")
+
+
+def shown(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
