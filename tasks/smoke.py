@@ -79,7 +79,7 @@ def hopper_checks() -> list[bool]:
     device = torch.device("cuda", 0)
     if torch.cuda.is_available() and hopper(device):
         why = hopper_keys_blocker(device)
-        results.append(check("Hopper keys", why is None, "train-gpt2 trains with them here" if why is None else why))
+        results.append(check("Hopper keys", why is None, "the GPT-2 configs train with them here" if why is None else why))
     return results
 
 
