@@ -140,6 +140,26 @@ def test_transformer_engine_that_exits_on_import_is_an_error_not_an_exit(tmp_pat
     assert done.returncode == 1
 
 
+def test_transformer_engine_beside_a_system_cudnn_names_torchs_cudnn_as_the_fix(tmp_path):
+    """TE's loader prefers a system cuDNN; next to torch's pip cuDNN a sub-library of the system one fails to load
+    (the error TE 2.20.2 gave on an H100 image with a system cuDNN 9.14 and torch's 9.19, BENCHMARKS.md run 81)."""
+    package = tmp_path / "transformer_engine"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "pytorch.py").write_text(
+        "raise OSError('/lib/x86_64-linux-gnu/libcudnn_heuristic.so.9: undefined symbol: "
+        "_ZTVN5cudnn7backend12OperationSetE, version libcudnn_graph.so.9')\n")
+    cudnn_lib = tmp_path / "nvidia" / "cudnn" / "lib"
+    cudnn_lib.mkdir(parents=True)
+    done, data = doctor_json(PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p))
+    assert data["machine"]["transformer_engine"]["pip_cudnn_lib"] == str(cudnn_lib)
+    (finding,) = [f for f in data["findings"] if f["code"].startswith("te-")]
+    assert finding["code"] == "te-system-cudnn" and finding["severity"] == "error"
+    assert "libcudnn_heuristic.so.9: undefined symbol" in finding["message"]
+    assert finding["fix"].startswith(f"export LD_LIBRARY_PATH={cudnn_lib}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}")
+    assert done.returncode == 1
+
+
 def test_cuda_home_that_is_a_file_is_an_error_that_says_so(tmp_path):
     afile = tmp_path / "cuda"
     afile.write_text("")

@@ -135,6 +135,7 @@ class TransformerEngine(Package):
     packages: dict[str, str]
     import_ok: bool | None
     import_error: str | None
+    pip_cudnn_lib: str | None  # site-packages/nvidia/cudnn/lib: torch's own cuDNN, where TE should take it from
     fp8_usable: bool | None  # judged by the doctor from the GPUs present
 
 

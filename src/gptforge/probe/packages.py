@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 
 from gptforge.core.installed import dsl_directory, outside_site_packages
 
@@ -54,12 +55,25 @@ def probe_transformer_engine() -> dict:
     packages = {name: v for name in TE_DISTRIBUTIONS if (v := _version(name)) is not None}
     installed = bool(packages) or importlib.util.find_spec("transformer_engine") is not None
     info = {"installed": installed, "version": packages.get("transformer_engine") or next(iter(packages.values()), None),
-            "packages": packages, "import_ok": None, "import_error": None,
+            "packages": packages, "import_ok": None, "import_error": None, "pip_cudnn_lib": pip_cudnn_lib(),
             "fp8_usable": None}  # judged by the doctor from the GPUs present
     if installed:
         info["import_error"] = _try_import("transformer_engine.pytorch")
         info["import_ok"] = info["import_error"] is None
     return info
+
+
+def pip_cudnn_lib() -> str | None:
+    """The lib folder of the pip cuDNN (nvidia-cudnn-cu*) torch loads, or None; found without loading it."""
+    try:
+        spec = importlib.util.find_spec("nvidia.cudnn")
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        lib = os.path.join(folder, "lib")
+        if os.path.isdir(lib):
+            return lib
+    return None
 
 
 def probe_hopper_kernels() -> dict:
