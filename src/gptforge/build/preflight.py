@@ -13,7 +13,7 @@ from gptforge import compat
 from gptforge.build.source import apex_pin
 from gptforge.build.toolchain import complete_toolkit_root
 from gptforge.compat.findings import Finding, Severity, unique
-from gptforge.doctor.checks import te_import_failure
+from gptforge.compat.te_import import te_import_failure
 from gptforge.probe.machine import Machine
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -92,7 +92,7 @@ def transformer_engine_findings(machine: Machine) -> list[Finding]:
         return [Finding("te-not-installed", INFO, "TransformerEngine is not installed (optional: FP8 layers)",
                         "pip install --no-build-isolation 'transformer_engine[pytorch]' to use FP8 on sm_89+")]
     if not te.import_ok:
-        return [te_import_failure(machine)]
+        return [te_import_failure(te.version, te.import_error, te.pip_cudnn_lib, machine.torch.cudnn)]
     found = [Finding("te-ok", INFO, f"TransformerEngine {te.version} imports")]
     ccs = [gpu.compute_capability for gpu in machine.driver.gpus]
     if ccs and machine.torch.cuda:

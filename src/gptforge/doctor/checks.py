@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from gptforge.compat.findings import Finding, Severity
+from gptforge.compat.te_import import te_import_failure
 from gptforge.core.versions import cuda_release
 from gptforge.probe.machine import CudaHome, Machine
 
@@ -214,30 +215,11 @@ def check_deepspeed(machine: Machine) -> list[Finding]:
     return []
 
 
-# what TE's import says when its loader took a system cuDNN beside torch's pip one (an undefined symbol of a cuDNN
-# sub-library, or torch's own check after the import)
-CUDNN_CLASH = ("libcudnn", "cuDNN version incompatibility")
-
-
-def te_import_failure(machine: Machine) -> Finding:
-    """Why transformer_engine.pytorch does not import, with the fix for that cause."""
-    te = machine.transformer_engine
-    version = te.version or "(version unknown)"
-    if te.pip_cudnn_lib and any(mark in (te.import_error or "") for mark in CUDNN_CLASH):
-        return Finding("te-system-cudnn", E,
-                       f"TransformerEngine {version} does not import: its loader prefers a system cuDNN, which clashes with "
-                       f"torch's own (cuDNN {machine.torch.cudnn or '?'} in {te.pip_cudnn_lib}): {te.import_error}",
-                       f"export LD_LIBRARY_PATH={te.pip_cudnn_lib}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}} (torch's cuDNN "
-                       "first, for TE and every cuDNN sub-library), or remove the system cuDNN")
-    return Finding("te-import-failed", E,
-                   f"TransformerEngine {version} is installed but transformer_engine.pytorch does not import: {te.import_error}",
-                   "reinstall with pip install --no-build-isolation 'transformer_engine[pytorch]==<same version>' "
-                   "against the torch installed now")
-
-
 def check_transformer_engine(machine: Machine) -> list[Finding]:
     te = machine.transformer_engine
-    return [te_import_failure(machine)] if te.installed and te.import_ok is False else []
+    if te.installed and te.import_ok is False:
+        return [te_import_failure(te.version, te.import_error, te.pip_cudnn_lib, machine.torch.cudnn)]
+    return []
 
 
 def check_hopper_kernels(machine: Machine) -> list[Finding]:
