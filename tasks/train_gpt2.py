@@ -34,7 +34,8 @@ def arguments(extra: list[str], gpu: bool) -> list[str]:
               "GPT-2 124M", flush=True)
         return ["train", "--config", "gpt2-tiny", *extra]
     own_data = any(arg.startswith("data-path=") for arg in extra)
-    return ["train", "--config", "gpt2-124m", *([] if own_data else EMBEDDED_CORPUS_RUN), *extra]
+    sizing = [] if own_data else EMBEDDED_CORPUS_RUN
+    return ["train", "--config", "gpt2-124m", *sizing, *extra]
 
 
 if __name__ == "__main__":

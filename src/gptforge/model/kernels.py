@@ -121,8 +121,9 @@ def use_loss_epilogue(backend: LayerBackend, device: torch.device, asked: bool, 
             "(over the padded vocabulary)")
 
 
-# What `pixi run -e hopper train-gpt2` trains GPT-2 with on an H100/H200: the fastest configuration measured
-# whose loss on held-out data is the defaults' (BENCHMARKS.md: 1.30x nanoGPT; nine seeds, runs 54-58).
+# What `hopper-kernels` (train/hopper_keys.py; auto in the GPT-2 configs) trains GPT-2 with on an H100/H200: the
+# fastest configuration measured whose loss on held-out data is the defaults' (BENCHMARKS.md: 1.30x nanoGPT; nine
+# seeds, runs 54-58).
 HOPPER_KEYS = ("attention-backend=cudnn-flash4", "gelu-epilogue=true", "loss-epilogue=true", "qkv-bias-gemm=true",
                "compile-mode=reduce-overhead")
 

@@ -31,14 +31,13 @@ def apply_hopper_keys(cfg: TrainConfig, device: torch.device) -> tuple[TrainConf
             raise UsageError("hopper-kernels", f"on, but the Hopper kernels cannot run here: {blocker}",
                              f"hopper-kernels=auto trains without them where they cannot run; {WHERE_THEY_ARE}")
         return cfg, (f"hopper-kernels=auto: off ({blocker}; {WHERE_THEY_ARE})" if kernels.hopper(device) else None)
-    keys = {text: parse_override(text) for text in kernels.HOPPER_KEYS}
-    applied = {text: (key, value) for text, (key, value) in keys.items() if key not in cfg.given}
-    resolved = replace(cfg, **{attr_name(key): value for key, value in applied.values()})
+    pairs = [(text, *parse_override(text)) for text in kernels.HOPPER_KEYS]  # ("k=v", key, value)
+    applied = [(text, key, value) for text, key, value in pairs if key not in cfg.given]
+    resolved = replace(cfg, **{attr_name(key): value for _, key, value in applied})
     resolved.given = cfg.given
-    kept = [f"{key}={shown(getattr(cfg, attr_name(key)))}" for text, (key, _) in keys.items() if text not in applied]
-    note = f"hopper-kernels={choice}: " + (" ".join(applied) or "none of its keys")
+    kept = [f"{key}={shown(getattr(cfg, attr_name(key)))}" for _, key, _ in pairs if key in cfg.given]
+    note = f"hopper-kernels={choice}: " + (" ".join(text for text, _, _ in applied) or "none of its keys")
     return resolved, note + (f" (kept as given: {' '.join(kept)})" if kept else "")
-
 
 def shown(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
