@@ -115,6 +115,13 @@ LEVERS = {lv.name: lv for lv in (
           "+0-2%: CUDA graphs remove launch gaps, but a 70 ms step already hides the CPU"),
     Lever("max-autotune", ("compile-mode=max-autotune-no-cudagraphs",),
           "+0-3% tok/s at 2-4 min more compile: Triton GEMMs seldom beat cuBLAS at these shapes"),
+    Lever("max-autotune-graphs", ("compile-mode=max-autotune",),
+          "+0-2% at minutes more compile: on the Hopper configuration cuBLAS still runs ~17 ms a step of plain GEMMs "
+          "(the attention projections, the MLP's backward) at ~670 TFLOP/s; inductor times its Triton templates "
+          "against them, CUDA graphs kept"),
+    Lever("max-autotune-tma", ("compile-mode=max-autotune",),
+          "+0-2%: max-autotune-graphs with inductor's persistent TMA GEMM templates (Hopper's tensor memory "
+          "accelerator, one CTA per SM) among the candidates", env=("ENABLE_PERSISTENT_TMA_MATMUL=1",)),
     Lever("accum-2", ("micro-batch-size={half}",),
           "-2-5%: two half-size micro batches per step, smaller GEMMs, same optimizer work"),
     Lever("micro-2x", ("micro-batch-size={double}", "global-batch-size={double}"),
@@ -138,7 +145,7 @@ DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "reference-loss", "fp8-o
                   "mix-order-autotune", "combo-kernels",
                   "qkv-bias-gemm", "cudnn-attention", "flash4-attention", "cudnn-flash4-attention", "gelu-epilogue",
                   "bf16-residual", "float32-residual", "foreach-adamw", "reduce-overhead", "accum-2", "micro-2x", "flash-attention",
-                  "eager", "max-autotune", "te", "te-fp8-delayed", "te-fp8-current", "torchao-float8-tensorwise",
+                  "eager", "max-autotune", "max-autotune-graphs", "max-autotune-tma", "te", "te-fp8-delayed", "te-fp8-current", "torchao-float8-tensorwise",
                   "torchao-float8-rowwise")
 
 

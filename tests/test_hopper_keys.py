@@ -50,7 +50,7 @@ def test_a_key_given_on_the_command_line_wins_even_at_its_default_value(sm90_her
 def test_a_key_set_in_the_config_file_wins(sm90_here, tmp_path):
     path = tmp_path / "mine.toml"
     path.write_text('num-layers = 2\nhidden-size = 64\nnum-attention-heads = 2\nhopper-kernels = "auto"\n'
-                    'gelu-epilogue = false\n')
+                    'compile = true\ngelu-epilogue = false\n')
     resolved, note = apply_hopper_keys(load_config(str(path))[0], CPU)
     assert not resolved.gelu_epilogue and resolved.loss_epilogue
     assert "kept as given: gelu-epilogue=false" in note
@@ -79,6 +79,25 @@ def test_auto_on_an_sm90_without_a_kernel_keeps_the_config_and_says_why(sm90_her
 def test_off_changes_nothing_and_says_nothing_on_an_sm90_with_every_kernel(sm90_here):
     cfg, _ = load_config("gpt2-124m", ["hopper-kernels=off"])
     assert apply_hopper_keys(cfg, CPU) == (cfg, None)
+
+
+@pytest.mark.parametrize("overrides, deepspeed, why", [
+    ([], True, "DeepSpeed runs the step uncompiled"),
+    (["compile=false"], False, "compile=false"),
+])
+def test_auto_where_the_step_runs_uncompiled_keeps_the_config_and_says_why(sm90_here, overrides, deepspeed, why):
+    cfg, _ = load_config("gpt2-124m", overrides)
+    resolved, note = apply_hopper_keys(cfg, CPU, deepspeed=deepspeed)
+    assert resolved is cfg
+    assert note.startswith(f"hopper-kernels=auto: off ({why}; their kernels pay inside the compiled step's CUDA graphs")
+
+
+def test_on_under_deepspeed_applies_them_and_says_they_run_eagerly(sm90_here):
+    cfg, _ = load_config("gpt2-124m", ["hopper-kernels=on"])
+    resolved, note = apply_hopper_keys(cfg, CPU, deepspeed=True)
+    assert speed_keys(resolved) == FAST
+    assert note == ("hopper-kernels=on: " + " ".join(kernels.HOPPER_KEYS) +
+                    "; DeepSpeed runs the step uncompiled: their kernels run eagerly, slower than without them")
 
 
 def test_auto_on_a_cpu_or_another_gpu_says_nothing():
@@ -153,3 +172,16 @@ def test_on_an_h100_the_gpt2_config_trains_with_every_hopper_key_and_saves_them(
     saved = json.loads((run_dir / "config.json").read_text())
     assert {key: saved[key] for key in ("attention-backend", "gelu-epilogue", "loss-epilogue", "compile-mode")} == \
         {"attention-backend": "cudnn-flash4", "gelu-epilogue": True, "loss-epilogue": True, "compile-mode": "reduce-overhead"}
+
+
+def test_the_trainer_under_deepspeed_leaves_the_gpt2_config_as_it_is(sm90_here, tmp_path, monkeypatch):
+    from gptforge.train import loop
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(loop.importlib.util, "find_spec",
+                        lambda name, *args: object() if name == "deepspeed" else real_find_spec(name, *args))
+    cfg, _ = load_config("gpt2-124m", [f"data-cache-dir={tmp_path / 'data'}"])
+    trainer = loop.Trainer(cfg, loop.RunOptions(run_dir=tmp_path / "run", device="cpu", deepspeed="zero2"))
+    trainer.preflight()
+    assert speed_keys(trainer.cfg) == speed_keys(cfg)
+    assert any(note.startswith("hopper-kernels=auto: off (DeepSpeed runs the step uncompiled") for note in trainer.notes)

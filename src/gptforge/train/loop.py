@@ -219,7 +219,7 @@ class Trainer:
         self.world = distributed.env_world_size()
         validate(cfg, self.world)
         device = distributed.pick_device(opts.device, int(os.environ.get("LOCAL_RANK", "0")))
-        self.cfg, hopper_note = apply_hopper_keys(cfg, device)  # before anything is written
+        self.cfg, hopper_note = apply_hopper_keys(cfg, device, bool(opts.deepspeed))  # before anything is written
         cfg = self.cfg
         self.notes += [hopper_note] if hopper_note else []
         self.ds_config = read_deepspeed_config(opts.deepspeed, cfg, self.world) if opts.deepspeed else None
