@@ -57,5 +57,6 @@ def eager_step(cfg: TrainConfig, deepspeed: bool) -> str | None:
         return "DeepSpeed runs the step uncompiled"
     return None if cfg.compile else "compile=false"
 
+
 def shown(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
