@@ -139,6 +139,7 @@ class TrainConfig:
     qkv_bias_gemm: bool
     hopper_kernels: str
     fused_adamw: bool
+    bf16_weights: bool
     apex_fused_adam: bool
     apex_layernorm: bool
     transformer_engine: bool

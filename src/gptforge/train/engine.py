@@ -20,6 +20,7 @@ import torch
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
+from gptforge.train.master import MasterAdamW
 from gptforge.train.optim import build_scheduler, clipped_step, param_groups
 from gptforge.train.precision import Precision
 
@@ -38,7 +39,7 @@ class TorchEngine:
         takes = inspect.signature(optimizer.zero_grad).parameters
         self.zero_grad_kwargs = {"set_to_none": True} if "set_to_none" in takes else {}
         self.cudagraphs = uses_cudagraphs(cfg)
-        self.kept_grads = own_grad_buffers(raw_model) if self.cudagraphs and accum > 1 else None
+        self.kept_grads = own_grad_buffers(raw_model, optimizer) if self.cudagraphs and accum > 1 else None
 
     def micro_step(self, x, y, is_last: bool) -> torch.Tensor:
         sync = contextlib.nullcontext() if (is_last or not self.ddp) else self.model.no_sync()
@@ -81,7 +82,9 @@ class TorchEngine:
     def state(self) -> tuple[dict, dict, dict]:
         """(model, optimizer, extra trainer state) to save from rank 0."""
         extra = {"scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict() if self.scaler else None}
-        return self.raw_model.state_dict(), self.optimizer.state_dict(), extra
+        model_state = (self.optimizer.model_state(self.raw_model) if isinstance(self.optimizer, MasterAdamW)
+                       else self.raw_model.state_dict())
+        return model_state, self.optimizer.state_dict(), extra
 
     def save_collective(self, tmp: Path) -> None:
         """Nothing: torch state is gathered on every rank already (DDP replicas)."""
@@ -99,16 +102,18 @@ def uses_cudagraphs(cfg: TrainConfig) -> bool:
     return cfg.compile and cfg.compile_mode in ("reduce-overhead", "max-autotune")
 
 
-def own_grad_buffers(model: torch.nn.Module) -> list[torch.Tensor]:
-    """Zeroed .grad buffers for every trainable parameter, kept for the whole run.
+def own_grad_buffers(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """Zeroed .grad buffers for every trainable parameter, kept for the whole run (but those whose gradients
+    OPTIMIZER adds into float32 sums of its own as each backward hands them over).
 
     Under CUDA graphs a backward's gradients are memory of the graph, which its next replay overwrites; a
     parameter without a .grad takes that memory as its .grad, so the next micro batch of an accumulation
     would overwrite (or fail on) what the first one left. With buffers of its own each micro batch's
     gradient is added into them (pytorch/pytorch#169545)."""
     grads = []
+    summed = optimizer.accumulated if isinstance(optimizer, MasterAdamW) else lambda p: False
     for param in model.parameters():
-        if param.requires_grad:
+        if param.requires_grad and not summed(param):
             param.grad = torch.zeros_like(param)
             grads.append(param.grad)
     return grads

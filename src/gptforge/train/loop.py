@@ -32,7 +32,7 @@ from gptforge.train.engine import DeepSpeedEngine, TorchEngine, read_deepspeed_c
 from gptforge.train.estimate import estimate
 from gptforge.storage import kill_point, write_atomic
 from gptforge.train.metrics import MetricsLog, plot_losses, read_records
-from gptforge.train.optim import build_optimizer
+from gptforge.train.optim import StepShape, build_optimizer
 from gptforge.train.peaks import Peak, lookup, mfu
 from gptforge.train.progress import RunProgress
 from gptforge.train.precision import Precision, choose
@@ -281,8 +281,10 @@ class Trainer:
         fp8_ctx, fp8_note = fp8_context(cfg, backend, self.device)
         float8_note = torchao_float8(cfg, backend, self.model, self.device)
         self.notes += [note for note in (fp8_output_note, loss_epilogue_note, fp8_note, float8_note) if note]
-        optimizer, opt_note = build_optimizer(self.model, cfg, self.device)
         self.accum = cfg.global_batch_size // (cfg.micro_batch_size * self.env.world_size)
+        optimizer, opt_note = build_optimizer(self.model, cfg, self.device,
+                                              StepShape(precision.name, self.env.launched, self.ds_config is not None,
+                                                        self.accum > 1))
         if self.ds_config is not None:
             self.engine = DeepSpeedEngine(self.model, optimizer, cfg, self.ds_config)
             self.notes.append(self.engine.describe())
