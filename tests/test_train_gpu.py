@@ -25,12 +25,17 @@ def history(run_dir):
     return [(r["kind"], r["step"], r["loss"]) for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
 
 
-def test_tiny_on_gpu_learns_and_resumes(tmp_path):
-    ref = run_cli("train", "--run-dir", str(tmp_path / "ref"), *RUN, "--json", cwd=tmp_path)
+@pytest.mark.parametrize("keys", [[], ["bf16-weights=true"]], ids=["float32-weights", "bf16-weights"])
+def test_tiny_on_gpu_learns_and_resumes(tmp_path, keys):
+    """With bf16-weights the checkpoint holds the float32 masters twice (model.pt, optimizer.pt); the resume
+    puts their rounding back into the model."""
+    run = [*RUN, *keys]
+    ref = run_cli("train", "--run-dir", str(tmp_path / "ref"), *run, "--json", cwd=tmp_path)
     assert ref.returncode == 0, ref.stderr[-3000:]
     summary = json.loads(ref.stdout)
     assert summary["final_val_loss"] < 6.3 < summary["first_val_loss"]
-    assert "precision: bf16 autocast" in ref.stderr and "fused CUDA kernel" in ref.stderr
+    optimizer = "bf16-weights; Triton kernel" if keys else "fused CUDA kernel"
+    assert "precision: bf16 autocast" in ref.stderr and optimizer in ref.stderr
     peak = lookup(torch.cuda.get_device_name())
     last = read_records(tmp_path / "ref" / "metrics.jsonl", "train")[-1]
     if peak.bf16_flops is None:
@@ -44,9 +49,9 @@ def test_tiny_on_gpu_learns_and_resumes(tmp_path):
     beside = {n: step_ms[n] for n in (39, 40, 41, 79, 80, 81, 119, 120)}  # saves and evaluations at 40, 80, 120
     assert all(middle / 5 < t < middle * 5 for t in beside.values()), (middle, beside)
 
-    killed = run_cli("train", "--run-dir", str(tmp_path / "run"), *RUN, env={"GPTFORGE_TEST_KILL_AT": "step:57"}, cwd=tmp_path)
+    killed = run_cli("train", "--run-dir", str(tmp_path / "run"), *run, env={"GPTFORGE_TEST_KILL_AT": "step:57"}, cwd=tmp_path)
     assert killed.returncode == -signal.SIGKILL
-    resumed = run_cli("train", "--run-dir", str(tmp_path / "run"), *RUN, "--resume", cwd=tmp_path)
+    resumed = run_cli("train", "--run-dir", str(tmp_path / "run"), *run, "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a, b = history(tmp_path / "ref"), history(tmp_path / "run")
     assert [x[:2] for x in a] == [x[:2] for x in b]
