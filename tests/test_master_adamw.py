@@ -237,3 +237,14 @@ def tiny_trainer(overrides: list[str]):
     trainer.preflight()
     trainer.setup()
     return trainer
+
+
+def test_the_committed_parity_runs_give_the_figures_benchmarks_quotes():
+    """BENCHMARKS.md, run 91: bf16-weights' four seeds pooled against the float32 weights' runs."""
+    files = sorted((ROOT / "bench" / "results" / "loss_parity" / "bf16-weights").glob("run91-*.json"))
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "parity_pool.py"), "--a", "bf16-weights=false", "--json",
+                           *map(str, files)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (pooled,) = json.loads(proc.stdout)["configs"].values()
+    assert (pooled["runs"], round(pooled["mean"], 4), round(pooled["stderr"], 4)) == (4, 0.0138, 0.0058)
+    assert (round(pooled["val_diff"]["mean"], 4), round(pooled["val_diff"]["stderr"], 4)) == (0.039, 0.0046)
