@@ -73,6 +73,21 @@ def test_steps_as_torch_adamw_on_float32_weights_given_the_same_gradients(max_no
             assert torch.equal(p, value.to(torch.bfloat16))
 
 
+def test_under_bf16_autocast_the_bf16_weights_give_the_float32_weights_loss_and_gradients_bit_for_bit():
+    ref_model, model = twin_models(4)
+    master_adamw(model)
+    assert model.blocks[0].mlp.fc.weight.dtype == torch.bfloat16
+    idx = torch.randint(0, 100, (3, 16), generator=torch.Generator().manual_seed(4))
+    losses = []
+    for m in (ref_model, model):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            losses.append(m(idx, idx)[1])
+        losses[-1].backward()
+    assert torch.equal(*losses)
+    for (name, ref_p), p in zip(ref_model.named_parameters(), model.parameters()):
+        assert torch.equal(p.grad.float(), ref_p.grad), name
+
+
 def test_accumulated_bf16_gradients_sum_to_autograds_float32_sum():
     ref_model, model = twin_models(2)
     opt = master_adamw(model, accumulate=True)
