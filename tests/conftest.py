@@ -303,6 +303,13 @@ TINY = ["num-layers=1", "hidden-size=32", "num-attention-heads=2", "seq-length=3
         "micro-batch-size=4", "global-batch-size=4", "eval-iters=1", "lr-warmup-iters=1"]
 
 
+@pytest.fixture(scope="session")
+def train_data_cache(tmp_path_factory):
+    """The data-cache-dir CPU training runs share: the embedded corpus is built once a session, not once a run
+    (the modules that train checkpoints name the same directory)."""
+    return tmp_path_factory.getbasetemp() / "train-data-cache"
+
+
 def one_line_error(proc, code: int, *needles: str) -> None:
     assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()

@@ -90,10 +90,10 @@ def test_the_trainer_turns_it_on_only_for_bf16_runs(precision, on, note):
     assert bf16_residual(TrainConfig(), LayerBackend(), choose("bf16", CPU)) is None
 
 
-def test_the_trainer_logs_the_choice(tmp_path):
+def test_the_trainer_logs_the_choice(tmp_path, train_data_cache):
     cmd = [sys.executable, "-m", "gptforge", "train", "--config", "gpt2-tiny", "--device", "cpu", "--json",
            "--run-dir", str(tmp_path / "run"), "train-iters=2", "lr-warmup-iters=1", "bf16-residual=true",
-           f"data-cache-dir={tmp_path / 'data'}"]
+           f"data-cache-dir={train_data_cache}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "residual stream: float32 (bf16-residual applies to bf16 runs; this run is fp32)" in json.loads(proc.stdout)["notes"]

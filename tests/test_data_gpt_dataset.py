@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -163,32 +164,56 @@ def test_a_blend_reports_its_most_repeated_dataset(tmp_path):
     assert train.passes == max(ds.passes for ds in train.datasets) and train.passes > 5  # 100 samples of 12 per pass
 
 
-def test_default_corpus_is_cached_and_deterministic(tmp_path):
-    first = prepare_default(tmp_path / "a", vocab_size=1024)
-    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+# What a build of the default corpus writes, relative to its directory
+BUILT_FILES = ["stdlib_docs_text_document.bin", "stdlib_docs_text_document.idx", "tokenizer/vocab.json",
+               "tokenizer/merges.txt"]
+
+
+@pytest.fixture(scope="module")
+def default_corpus(tmp_path_factory):
+    """The embedded corpus, built once for the tests below (each build takes seconds)."""
+    return prepare_default(tmp_path_factory.mktemp("default-corpus"), vocab_size=1024)
+
+
+def test_default_corpus_holds_every_document_in_its_own_tokenizer(default_corpus, tmp_path):
+    manifest = json.loads((default_corpus.prefix.parent / "manifest.json").read_text())
     assert manifest["python"] and manifest["documents"] > 500 and manifest["tokens"] > 100_000
-    stamp = os.stat(f"{first.prefix}.bin").st_mtime_ns
-    again = prepare_default(tmp_path / "a", vocab_size=1024)
-    assert again.prefix == first.prefix and os.stat(f"{first.prefix}.bin").st_mtime_ns == stamp
-    other = prepare_default(tmp_path / "b", vocab_size=1024)
-    assert open(f"{first.prefix}.bin", "rb").read() == open(f"{other.prefix}.bin", "rb").read()
-    assert first.prefix.name == "stdlib_docs_text_document"
-    tok = load_tokenizer("bytelevel", tokenizer_dir=first.tokenizer_dir)
+    assert default_corpus.prefix.name == "stdlib_docs_text_document"
+    tok = load_tokenizer("bytelevel", tokenizer_dir=default_corpus.tokenizer_dir)
     assert tok.vocab_size == 1024 and tok.eod_id == manifest["eod_id"]
-    ds = IndexedDataset(first.prefix)
+    ds = IndexedDataset(default_corpus.prefix)
     docs = list(corpus_documents())
     assert ds.num_documents == len(docs)
     assert tok.decode(ds.document(0).tolist()) == docs[0] + "<|endoftext|>"
-    train, valid, test = build_gpt_datasets(first.prefix, seq_length=256, num_samples=(64, 8, 8), cache_dir=tmp_path / "c")
+    train, valid, test = build_gpt_datasets(default_corpus.prefix, seq_length=256, num_samples=(64, 8, 8),
+                                            cache_dir=tmp_path / "c")
     assert train[0].max() < tok.vocab_size
+
+
+def test_default_corpus_is_cached(default_corpus):
+    out_dir = default_corpus.prefix.parent
+    stamp = os.stat(default_corpus.bin).st_mtime_ns
+    again = prepare_default(out_dir, vocab_size=1024)
+    assert again.prefix == default_corpus.prefix and os.stat(default_corpus.bin).st_mtime_ns == stamp
     with pytest.raises(Exception, match="fewer than one sequence"):
-        prepare_default(tmp_path / "a", vocab_size=1024, seq_hint=10**9)
-    # a truncated cached file is built again (it used to fail later with "re-run gptforge prepare")
-    data = open(f"{first.prefix}.bin", "rb").read()
-    with open(f"{first.prefix}.bin", "r+b") as f:
-        f.truncate(len(data) // 2)
-    rebuilt = prepare_default(tmp_path / "a", vocab_size=1024)
-    assert open(f"{rebuilt.prefix}.bin", "rb").read() == data and IndexedDataset(rebuilt.prefix).num_tokens > 0
+        prepare_default(out_dir, vocab_size=1024, seq_hint=10**9)
+
+
+def test_default_corpus_is_deterministic_and_a_truncated_file_is_built_again(default_corpus, tmp_path):
+    """A truncated cached file used to fail later with "re-run gptforge prepare". Built again in another
+    directory, from the corpus text to a newly trained tokenizer, it gives the first build's bytes."""
+    copy = tmp_path / "copy"
+    shutil.copytree(default_corpus.prefix.parent, copy)
+    first = {name: (default_corpus.prefix.parent / name).read_bytes() for name in BUILT_FILES}
+    trained_at = (copy / "tokenizer" / "vocab.json").stat().st_mtime_ns  # copytree keeps the first build's time
+    with open(copy / "stdlib_docs_text_document.bin", "r+b") as f:
+        f.truncate(len(first["stdlib_docs_text_document.bin"]) // 2)
+    rebuilt = prepare_default(copy, vocab_size=1024)
+    assert rebuilt.prefix == copy / "stdlib_docs_text_document"
+    assert (copy / "tokenizer" / "vocab.json").stat().st_mtime_ns != trained_at  # a genuine second build
+    for name in BUILT_FILES:
+        assert (copy / name).read_bytes() == first[name], name
+    assert IndexedDataset(rebuilt.prefix).num_tokens > 0
 
 
 def test_cli_default_corpus_and_inspect(cli, tmp_path):

@@ -21,9 +21,9 @@ def train(tmp_path, name: str, *keys: str):
     return json.loads(proc.stdout), proc.stderr
 
 
-def test_cpu_run_falls_back_to_plain_matmuls_and_says_why(tmp_path):
+def test_cpu_run_falls_back_to_plain_matmuls_and_says_why(tmp_path, train_data_cache):
     _, log = train(tmp_path, "cpu", "--device", "cpu", "train-iters=2", "save-interval=2", "eval-interval=2",
-                   "float8=tensorwise")
+                   "float8=tensorwise", f"data-cache-dir={train_data_cache}")
     assert "torchao float8 asked for but needs an sm_89+ GPU" in log
 
 

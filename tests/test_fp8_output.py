@@ -164,10 +164,11 @@ def test_the_trainer_says_which_matmuls_run_in_fp8(monkeypatch, logits, note):
     assert backend.loss_fp8 and backend.loss_fp8_logits == (logits == "true")
 
 
-def test_the_key_falls_back_with_a_note_where_it_cannot_apply(tmp_path):
-    _, log = train(tmp_path, "cpu", "--device", "cpu", "fused-loss=true", "fp8-output=true")
+def test_the_key_falls_back_with_a_note_where_it_cannot_apply(tmp_path, train_data_cache):
+    cache = f"data-cache-dir={train_data_cache}"
+    _, log = train(tmp_path, "cpu", "--device", "cpu", "fused-loss=true", "fp8-output=true", cache)
     assert "FP8 output layer asked for but needs an sm_89+ GPU" in log
-    _, log = train(tmp_path, "unfused", "--device", "cpu", "fused-loss=false", "fp8-output=true")
+    _, log = train(tmp_path, "unfused", "--device", "cpu", "fused-loss=false", "fp8-output=true", cache)
     assert "FP8 output layer asked for but needs fused-loss=true" in log
 
 

@@ -236,10 +236,10 @@ def test_gpt_with_flash4_computes_what_sdpa_does(monkeypatch, name):
     assert_trains_as_the_default(LayerBackend(attention=name), rtol=1e-4, atol=1e-5)
 
 
-def test_the_trainer_logs_both_fallbacks_on_a_cpu(tmp_path):
+def test_the_trainer_logs_both_fallbacks_on_a_cpu(tmp_path, train_data_cache):
     cmd = [sys.executable, "-m", "gptforge", "train", "--config", "gpt2-tiny", "--device", "cpu", "--json",
            "--run-dir", str(tmp_path / "run"), "train-iters=2", "lr-warmup-iters=1", "attention-backend=flash4",
-           "gelu-epilogue=true", f"data-cache-dir={tmp_path / 'data'}"]
+           "gelu-epilogue=true", f"data-cache-dir={train_data_cache}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     notes = json.loads(proc.stdout)["notes"]

@@ -78,10 +78,10 @@ def test_the_shapes_it_takes(chunk, hidden, vocab, fits):
     assert epilogue_fits(chunk, hidden, vocab) is fits
 
 
-def test_the_trainer_falls_back_with_the_note_on_a_cpu(tmp_path):
+def test_the_trainer_falls_back_with_the_note_on_a_cpu(tmp_path, train_data_cache):
     proc = run_cli("train", "--run-dir", str(tmp_path / "run"), "--config", "gpt2-tiny", "--device", "cpu", "--json",
                    "train-iters=2", "save-interval=2", "eval-interval=2", "fused-loss=true", "loss-epilogue=true",
-                   cwd=tmp_path)
+                   f"data-cache-dir={train_data_cache}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     notes = json.loads(proc.stdout)["notes"]
     assert "epilogue cross-entropy asked for but needs an sm_90 GPU: gptforge's xent kernel" in notes

@@ -36,8 +36,11 @@ def test_fused_loss_trains_the_reference_curve_on_cpu(tmp_path):
     assert not (tmp_path / ".gptforge").exists()  # the corpus cache went to the run's temporary directory
 
 
-def test_a_run_whose_keys_could_not_apply_fails_the_comparison(tmp_path):
-    proc = run_script(tmp_path, "--steps", "2", "--batch", "2", "--a", "fused-loss=true", "--b", "fused-loss=true,fp8-output=true")
+def test_a_run_whose_keys_could_not_apply_fails_the_comparison(tmp_path, train_data_cache):
+    # the session's built corpus instead of one built for this run: the test above checks where the script's own goes
+    cache = f"data-cache-dir={train_data_cache}"
+    proc = run_script(tmp_path, "--steps", "2", "--batch", "2", "--a", f"fused-loss=true,{cache}",
+                      "--b", f"fused-loss=true,fp8-output=true,{cache}")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "run b is not what was asked: FP8 output layer asked for but needs an sm_89+ GPU" in proc.stderr
     report = json.loads((tmp_path / "loss_parity.json").read_text())

@@ -84,7 +84,7 @@ def test_fused_adamw_key_on_cpu_keeps_foreach(fused, expect):
     assert note == expect and opt.defaults["fused"] in (None, False)
 
 
-def test_compile_mode_reaches_torch_compile(tmp_path, monkeypatch):
+def test_compile_mode_reaches_torch_compile(tmp_path, monkeypatch, train_data_cache):
     from gptforge.train import loop
 
     seen, real_compile = {}, torch.compile
@@ -95,7 +95,7 @@ def test_compile_mode_reaches_torch_compile(tmp_path, monkeypatch):
 
     monkeypatch.setattr(loop.torch, "compile", recording_compile)
     cfg, _ = load_config("gpt2-tiny", ["compile=true", "compile-mode=max-autotune-no-cudagraphs", "train-iters=2",
-                                       "lr-warmup-iters=1", f"data-cache-dir={tmp_path / 'data'}"])
+                                       "lr-warmup-iters=1", f"data-cache-dir={train_data_cache}"])
     trainer = loop.Trainer(cfg, loop.RunOptions(run_dir=tmp_path / "run", device="cpu"))
     trainer.preflight()
     trainer.setup()
