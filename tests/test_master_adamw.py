@@ -8,14 +8,13 @@ Triton's interpreter and on a GPU; and the trainer with the key on against off o
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from test_xent_kernel import triton_path
+from test_xent_kernel import interpreted_cases
 
 from gptforge.model import GPT, ModelConfig
 from gptforge.train.config import load_config
@@ -167,14 +166,7 @@ print("CASES " + json.dumps(cases))
 
 
 def test_the_triton_kernel_computes_what_the_torch_ops_do_in_the_interpreter():
-    extra = triton_path()
-    if extra is None:
-        pytest.skip("Triton is not importable here (.ci/run installs it in .ci/triton)")
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), extra, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", INTERPRETED], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    cases = json.loads(proc.stdout.split("CASES ", 1)[1])
+    cases = interpreted_cases(INTERPRETED)
     assert [c["n"] for c in cases] == [5000, 2048, 7]
     for case in cases:
         assert case["master"] < 1e-5 and case["moments"] < 1e-7, case

@@ -90,15 +90,21 @@ def triton_path() -> str | None:
     return extra if probe.returncode == 0 else None
 
 
-def test_the_triton_kernel_computes_what_the_torch_ops_do_in_the_interpreter():
+def interpreted_cases(script: str) -> list[dict]:
+    """Run SCRIPT in a child process under Triton's interpreter and return the cases it prints after "CASES "
+    (skips where Triton is not importable)."""
     extra = triton_path()
     if extra is None:
         pytest.skip("Triton is not importable here (.ci/run installs it in .ci/triton)")
     env = {**os.environ, "TRITON_INTERPRET": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), extra, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", INTERPRETED], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    cases = json.loads(proc.stdout.split("CASES ", 1)[1])
+    return json.loads(proc.stdout.split("CASES ", 1)[1])
+
+
+def test_the_triton_kernel_computes_what_the_torch_ops_do_in_the_interpreter():
+    cases = interpreted_cases(INTERPRETED)
     assert len(cases) == 5
     for case in cases:
         bf16 = case["dtype"] == "torch.bfloat16"
