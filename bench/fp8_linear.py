@@ -53,6 +53,22 @@ def launch_ms(step, iters: int) -> float:
     return host * 1000 / iters
 
 
+def kernel_ms(step, iters: int = 5) -> tuple[float, list[dict]]:
+    """GPU kernel time of one STEP (the sum of its kernels' durations, from the profiler): what the step costs
+    the GPU where its host time hides the kernels' from CUDA events; and its kernels, longest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            step()
+        torch.cuda.synchronize()
+    events = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)
+    kernels = [{"kernel": e.key[:100], "us_per_step": e.device_time_total / iters, "calls": e.count // iters}
+               for e in events if e.device_time_total > 0]
+    return sum(k["us_per_step"] for k in kernels) / 1000, kernels
+
+
 def write_gpu_report(name: str, rows: list[dict]) -> Path:
     """ROWS with the GPU and torch they came from, as $GPTFORGE_BENCH_OUT/NAME.json (default: here)."""
     out = Path(os.environ.get("GPTFORGE_BENCH_OUT", ".")) / f"{name}.json"

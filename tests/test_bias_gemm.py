@@ -1,5 +1,6 @@
 """qkv-bias-gemm: the qkv projection's bias gradient from its weight-gradient GEMM gives nn.Linear's
-output and gradients; on only where torch's own linear layer runs, with a note otherwise."""
+output and gradients; on only where torch's own linear layer runs, with a note otherwise. mlp-bias-gemm: the
+MLP up-projection's the same way, on only with quack's MLP and where hopper-kernels measured it faster."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch.nn.functional as F
 from gptforge.model.bias_gemm import ONES, linear_bias_from_gemm
 from gptforge.model.layers import LayerBackend
 from gptforge.train.config import load_config, validate
-from gptforge.train.loop import qkv_bias_gemm
+from gptforge.train.loop import mlp_bias_gemm, qkv_bias_gemm
 from gpt_pairs import assert_trains_as_the_default
 
 
@@ -64,3 +65,32 @@ def test_on_only_where_torchs_linear_layer_runs(keys, linear, on, says):
     note = qkv_bias_gemm(cfg, backend)
     assert backend.qkv_bias_gemm is on
     assert (note is None) if says is None else (says in note)
+
+
+@pytest.mark.parametrize("keys, mlp, on, says", [
+    (["mlp-bias-gemm=true"], "quack", True, "MLP up-projection: bias gradient from the weight-gradient GEMM"),
+    (["mlp-bias-gemm=true"], "torch", False, "but gelu-epilogue is not on"),
+    ([], "quack", False, None),
+])
+def test_the_mlps_bias_from_the_gemm_only_with_quacks_mlp(keys, mlp, on, says):
+    cfg, _ = load_config("gpt2-tiny", keys)
+    validate(cfg)
+    backend = LayerBackend(mlp=mlp)
+    note = mlp_bias_gemm(cfg, backend)
+    assert backend.mlp_bias_gemm is on
+    assert (note is None) if says is None else (says in note)
+
+
+@pytest.mark.parametrize("config, value", [("gpt2-124m", True), ("gpt2-350m", False), ("gpt2-774m", False),
+                                           ("gpt2-1.5b", False)])
+def test_hopper_kernels_take_the_mlps_bias_from_the_gemm_only_where_it_measured_faster(config, value):
+    """BENCHMARKS.md run 96: faster at width 768, slower at 1024; the wider configs keep the epilogue's sum."""
+    from gptforge.model import kernels
+    from gptforge.train.hopper_keys import apply_hopper_keys
+
+    cfg, _ = load_config(config, [])
+    hopper = torch.device("cuda", 0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernels, "hopper_keys_blocker", lambda device: None)
+        resolved, note = apply_hopper_keys(cfg, hopper)
+    assert resolved.mlp_bias_gemm is value and "mlp-bias-gemm" in note

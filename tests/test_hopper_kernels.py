@@ -295,13 +295,14 @@ def test_on_gpu_cudnn_gives_fa4_its_output_layout_and_log_sum_exp_without_copies
 @pytest.mark.gpu
 @hopper
 @needs("quack")
-def test_on_gpu_the_epilogue_mlp_matches_the_torch_mlp():
+@pytest.mark.parametrize("bias_gemm", [False, True])
+def test_on_gpu_the_epilogue_mlp_matches_the_torch_mlp(bias_gemm):
     from gptforge.model import GPT, ModelConfig
 
     cfg = ModelConfig(num_layers=1, hidden_size=256, num_attention_heads=4, max_position_embeddings=128, vocab_size=512)
     torch.manual_seed(0)
     reference = GPT(cfg).cuda()
-    epilogue = GPT(cfg, LayerBackend(mlp="quack")).cuda()
+    epilogue = GPT(cfg, LayerBackend(mlp="quack", mlp_bias_gemm=bias_gemm)).cuda()
     epilogue.load_state_dict(reference.state_dict())
     x = torch.randint(0, 512, (4, 128), device="cuda")
     losses, grads = [], []
@@ -313,7 +314,7 @@ def test_on_gpu_the_epilogue_mlp_matches_the_torch_mlp():
         mlp = model.blocks[0].mlp
         grads.append([p.grad for p in (mlp.fc.weight, mlp.fc.bias, mlp.proj.weight, mlp.proj.bias, model.wte.weight)])
     assert losses[1] == pytest.approx(losses[0], abs=1e-2)
-    for got, want in zip(grads[1], grads[0]):  # the bias gradients too: fc's is summed in a GEMM's epilogue
+    for got, want in zip(grads[1], grads[0]):  # the bias gradients too: fc's from a GEMM's epilogue or the wgrad GEMM
         assert got.dtype == want.dtype == torch.float32
         assert (got - want).abs().max() <= 2e-2 * want.abs().max()
 

@@ -19,9 +19,8 @@ ONES = 8  # columns of ones: 8 keep the wider rows' bf16 stride a multiple of 16
 class BiasFromWeightGradient(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-        rows = x.reshape(-1, x.shape[-1])
-        wide = torch.cat([rows, rows.new_ones(rows.shape[0], ONES)], dim=1)
-        out = torch.addmm(bias, wide[:, : rows.shape[1]], weight.t())
+        wide = with_ones(x.reshape(-1, x.shape[-1]))
+        out = torch.addmm(bias, wide[:, : x.shape[-1]], weight.t())
         ctx.save_for_backward(wide, weight)
         return out.view(*x.shape[:-1], weight.shape[0])
 
@@ -33,6 +32,11 @@ class BiasFromWeightGradient(torch.autograd.Function):
         weight_and_bias = rows.t() @ wide  # (out, in + ONES): column `in` sums dout over the tokens
         dx = (rows @ weight).view(*dout.shape[:-1], width)
         return dx, weight_and_bias[:, :width], weight_and_bias[:, width]
+
+
+def with_ones(rows: Tensor) -> Tensor:
+    """ROWS with ONES columns of ones beside them: a GEMM's sum over the rows of [rows | 1] takes a bias gradient along."""
+    return torch.cat([rows, rows.new_ones(rows.shape[0], ONES)], dim=1)
 
 
 def linear_bias_from_gemm(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:

@@ -63,13 +63,14 @@ class MLP(nn.Module):
         self.proj.residual_out = True
         self.dropout = nn.Dropout(cfg.dropout)
         self.kernel = backend.mlp
+        self.bias_gemm = backend.mlp_bias_gemm
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel == "quack":
             from gptforge.model.mlp_epilogue import epilogue_mlp
 
             operands = (autocast_dtype(t) for t in (x, self.fc.weight, self.fc.bias, self.proj.weight, self.proj.bias))
-            return self.dropout(epilogue_mlp(*operands))
+            return self.dropout(epilogue_mlp(*operands, bias_from_gemm=self.bias_gemm))
         return self.dropout(self.proj(F.gelu(self.fc(x), approximate="tanh")))
 
 

@@ -5,6 +5,7 @@
   cuDNN's forward kernel with FA4's backward, through the same ops.
 - ``gelu-epilogue = true``: the MLP of model/mlp_epilogue.py, bias + GELU in the up-projection's
   epilogue and GELU's derivative with the bias gradient in the down-projection's input-gradient GEMM
+  (``mlp-bias-gemm = true``: the bias gradient from the up-projection's weight-gradient GEMM instead)
   (quack-kernels' GEMMs; no GELU kernels of their own).
 - ``loss-epilogue = true``: the fused loss from quack-kernels' scaled-exp linear cross-entropy, the
   softmax's exponentials and sums in the logits GEMM's epilogue (model/lce_epilogue.py; sm_90 only).
@@ -84,8 +85,8 @@ def use_gelu_epilogue(backend: LayerBackend, device: torch.device, asked: bool, 
     if why:
         return f"GELU epilogue asked for but {why}: torch MLP"
     backend.mlp = "quack"
-    return ("MLP: quack GEMMs, bias + GELU in the up-projection's epilogue, GELU's derivative and the bias "
-            "gradient in the backward GEMM's; cuBLAS for the backward's plain GEMMs")
+    return ("MLP: quack GEMMs, bias + GELU in the up-projection's epilogue, GELU's derivative in the backward "
+            "GEMM's; cuBLAS for the backward's plain GEMMs")
 
 
 def loss_epilogue_blocker(backend: LayerBackend, device: torch.device, precision: str, padded_vocab: int,
@@ -123,9 +124,10 @@ def use_loss_epilogue(backend: LayerBackend, device: torch.device, asked: bool, 
 
 # What `hopper-kernels` (train/hopper_keys.py; auto in the GPT-2 configs) trains GPT-2 with on an H100/H200: the
 # fastest configuration measured whose loss on held-out data is the defaults' (BENCHMARKS.md: 1.30x nanoGPT; nine
-# seeds, runs 54-58).
+# seeds, runs 54-58); mlp-bias-gemm since runs 93-96 (+0.4% at 124M, its loss the same on three seeds; the 350M and
+# larger configs set it false, where it measured slower).
 HOPPER_KEYS = ("attention-backend=cudnn-flash4", "gelu-epilogue=true", "loss-epilogue=true", "qkv-bias-gemm=true",
-               "compile-mode=reduce-overhead")
+               "mlp-bias-gemm=true", "compile-mode=reduce-overhead")
 
 
 def hopper_keys_blocker(device: torch.device) -> str | None:

@@ -52,6 +52,7 @@ class LayerBackend:
     loss_epilogue: bool = False  # the fused loss's softmax in the logits GEMM's epilogue (quack, sm_90)
     bf16_residual: bool = False  # the residual stream in bf16 under bf16 autocast (float32 otherwise)
     qkv_bias_gemm: bool = False  # the qkv projection's bias gradient from its weight-gradient GEMM (model/bias_gemm.py)
+    mlp_bias_gemm: bool = False  # with mlp="quack": the up-projection's bias gradient from its weight-gradient GEMM
     notes: list[str] = field(default_factory=list)
 
 

@@ -2,22 +2,47 @@
 
 Forward: quack's up-projection GEMM adds the bias and applies GELU in its epilogue, storing the
 pre-activation and the activation for the backward; its down-projection GEMM adds the bias. Backward:
-one quack GEMM computes dout @ W2, multiplies by GELU's derivative at the stored pre-activation and sums
-the up-projection's bias gradient over the rows, all in its epilogue, so the (tokens x 4C) gradient is
-not read again for that sum. (Keeping the activation costs 2 bytes x 4C a token of memory and spares
-that GEMM writing a recomputed one: at K = C = 768 its epilogue's traffic is what it waits on.) The
-weight gradients and the input's gradient are plain GEMMs and come from cuBLAS. Operands are the autocast dtype's (the caller
-casts); gradients come back in it, as nn.Linear's do under autocast.
+one quack GEMM computes dout @ W2 and multiplies by GELU's derivative at the stored pre-activation in its
+epilogue. (Keeping the activation costs 2 bytes x 4C a token of memory and spares that GEMM writing a
+recomputed one: at K = C = 768 its epilogue's traffic is what it waits on.) The other GEMMs of the backward
+come from cuBLAS. The up-projection's bias gradient is summed in that GEMM's epilogue too, or with
+BIAS_FROM_GEMM (``mlp-bias-gemm = true``) it comes out of the weight-gradient GEMM, as in model/bias_gemm.py:
+the input gets columns of ones beside it in the forward (under torch.compile the LayerNorm before it writes
+them), so dpreactᵀ · [x | 1] is [dW1 | db1] and the GELU GEMM's epilogue does less (BENCHMARKS.md, runs
+93-96: faster at width 768, slower at 1024). Operands are the autocast dtype's (the caller casts);
+gradients come back in it, as nn.Linear's do under autocast.
 """
 
 from __future__ import annotations
 
 import torch
+from quack.activation import dgelu_tanh_approx
+from quack.epilogue.frontend import gemm_epilogue
 from quack.epilogue.library import dgelu_dbias_epi
 from quack.gemm_interface import gemm, gemm_act
 from torch import Tensor
 
+from gptforge.model.bias_gemm import with_ones
+
 GELU = "gelu_tanh_approx"
+
+
+@gemm_epilogue()
+def _dgelu_epilogue(acc, c):
+    """acc = dout @ W2 (the activation's gradient), c = the pre-activation: D = its gradient."""
+    dpreact, _ = dgelu_tanh_approx(c, acc)
+    return {"D": dpreact}
+
+
+@torch.library.custom_op("gptforge::dgelu", mutates_args=(), device_types="cuda")
+def dgelu(dout: Tensor, w2: Tensor, preact: Tensor) -> Tensor:
+    """d preact from dout (M, C), W2 (C, 4C) and the pre-activation (M, 4C)."""
+    return _dgelu_epilogue(dout, w2, preact, tuned=True, dynamic_scheduler=True)["D"]
+
+
+@dgelu.register_fake
+def _(dout: Tensor, w2: Tensor, preact: Tensor) -> Tensor:
+    return torch.empty_like(preact)
 
 
 @torch.library.custom_op("gptforge::dgelu_dbias", mutates_args=(), device_types="cuda")
@@ -34,9 +59,10 @@ def _(dout: Tensor, w2: Tensor, preact: Tensor) -> tuple[Tensor, Tensor]:
 
 class EpilogueMLP(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
-        rows = x.reshape(-1, x.shape[-1])
-        preact, postact = gemm_act(rows, w1.T, bias=b1, activation=GELU, store_preact=True)
+    def forward(ctx, x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, bias_from_gemm: bool) -> Tensor:
+        width = x.shape[-1]
+        rows = with_ones(x.reshape(-1, width)) if bias_from_gemm else x.reshape(-1, width)
+        preact, postact = gemm_act(rows[:, :width], w1.T, bias=b1, activation=GELU, store_preact=True)
         out = gemm(postact, w2.T, bias=b2)
         ctx.save_for_backward(rows, w1, w2, preact, postact)
         return out.view(*x.shape[:-1], out.shape[-1])
@@ -44,12 +70,20 @@ class EpilogueMLP(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout: Tensor):
         rows, w1, w2, preact, postact = ctx.saved_tensors
+        width = w1.shape[1]
         dout_rows = dout.reshape(-1, dout.shape[-1]).contiguous()
-        dpreact, db1 = dgelu_dbias(dout_rows, w2, preact)
-        dx = (dpreact @ w1).view(*dout.shape[:-1], w1.shape[1])
-        return dx, dpreact.t() @ rows, db1, dout_rows.t() @ postact, dout_rows.sum(0)
+        if rows.shape[1] > width:  # [x | 1]: column `width` of the weight gradient sums dpreact over the tokens
+            dpreact = dgelu(dout_rows, w2, preact)
+            weight_and_bias = dpreact.t() @ rows
+            dw1, db1 = weight_and_bias[:, :width], weight_and_bias[:, width]
+        else:
+            dpreact, db1 = dgelu_dbias(dout_rows, w2, preact)
+            dw1 = dpreact.t() @ rows
+        dx = (dpreact @ w1).view(*dout.shape[:-1], width)
+        return dx, dw1, db1, dout_rows.t() @ postact, dout_rows.sum(0), None
 
 
-def epilogue_mlp(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
-    """GELU MLP of x with up-projection (w1, b1) and down-projection (w2, b2), each in nn.Linear's layout."""
-    return EpilogueMLP.apply(x, w1, b1, w2, b2)
+def epilogue_mlp(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, bias_from_gemm: bool = False) -> Tensor:
+    """GELU MLP of x with up-projection (w1, b1) and down-projection (w2, b2), each in nn.Linear's layout;
+    BIAS_FROM_GEMM: b1's gradient from the weight-gradient GEMM (else from the GELU GEMM's epilogue)."""
+    return EpilogueMLP.apply(x, w1, b1, w2, b2, bias_from_gemm)

@@ -137,6 +137,7 @@ class TrainConfig:
     gelu_epilogue: bool
     bf16_residual: bool
     qkv_bias_gemm: bool
+    mlp_bias_gemm: bool
     hopper_kernels: str
     fused_adamw: bool
     bf16_weights: bool

@@ -144,6 +144,17 @@ def qkv_bias_gemm(cfg: TrainConfig, backend: LayerBackend) -> str | None:
     return "qkv projection: bias gradient from the weight-gradient GEMM (columns of ones beside its input)"
 
 
+def mlp_bias_gemm(cfg: TrainConfig, backend: LayerBackend) -> str | None:
+    """Take the MLP up-projection's bias gradient from its weight-gradient GEMM when asked for and the MLP is
+    quack's (gelu-epilogue; torch's computes its own); the note says which."""
+    if not cfg.mlp_bias_gemm:
+        return None
+    if backend.mlp != "quack":
+        return "MLP bias gradient from the GEMM asked for but gelu-epilogue is not on: the MLP's own bias gradient"
+    backend.mlp_bias_gemm = True
+    return "MLP up-projection: bias gradient from the weight-gradient GEMM (columns of ones beside its input)"
+
+
 def fp8_output(cfg: TrainConfig, backend: LayerBackend, device: torch.device, padded_vocab: int) -> str | None:
     """Turn the FP8 output layer on in BACKEND when asked for and possible; the note says which."""
     if not cfg.fp8_output:
@@ -271,7 +282,8 @@ class Trainer:
         self.notes += backend.notes
         self.notes += [note for note in (use_flash4(backend, self.device, cfg.dropout),
                                          use_gelu_epilogue(backend, self.device, cfg.gelu_epilogue, cfg.float8),
-                                         bf16_residual(cfg, backend, precision), qkv_bias_gemm(cfg, backend)) if note]
+                                         bf16_residual(cfg, backend, precision), qkv_bias_gemm(cfg, backend),
+                                         mlp_bias_gemm(cfg, backend)) if note]
         fp8_output_note = fp8_output(cfg, backend, self.device, mcfg.padded_vocab_size)
         loss_epilogue_note = use_loss_epilogue(backend, self.device, cfg.loss_epilogue, precision.name,
                                                mcfg.padded_vocab_size, mcfg.hidden_size)
