@@ -52,45 +52,31 @@ def test_gpt_with_the_bias_from_the_gemm_trains_as_the_default():
     assert_trains_as_the_default(LayerBackend(qkv_bias_gemm=True), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("keys, linear, on, says", [
-    (["qkv-bias-gemm=true"], "torch", True, "qkv projection: bias gradient from the weight-gradient GEMM"),
-    (["qkv-bias-gemm=true"], "te", False, "but TransformerEngine layers are on"),
-    (["qkv-bias-gemm=true", "float8=rowwise"], "torch", False, "but float8=rowwise is on"),
-    ([], "torch", False, None),
+@pytest.mark.parametrize("keys, layers, on, says", [
+    (["qkv-bias-gemm=true"], {"linear": "torch"}, {"qkv"}, "qkv projection: bias gradient from the weight-gradient GEMM"),
+    (["qkv-bias-gemm=true"], {"linear": "te"}, set(), "but TransformerEngine layers are on"),
+    (["qkv-bias-gemm=true", "float8=rowwise"], {"linear": "torch"}, set(), "but float8=rowwise is on"),
+    (["mlp-bias-gemm=true"], {"mlp": "quack"}, {"mlp"}, "MLP up-projection: bias gradient from the weight-gradient GEMM"),
+    (["mlp-bias-gemm=true"], {"mlp": "torch"}, set(), "but gelu-epilogue is not on"),
+    ([], {"linear": "torch", "mlp": "quack"}, set(), None),
 ])
-def test_on_only_where_torchs_linear_layer_runs(keys, linear, on, says):
+def test_each_bias_from_the_gemm_only_where_its_layer_takes_it(keys, layers, on, says):
+    """qkv-bias-gemm with torch's own linear layer, mlp-bias-gemm with quack's MLP; a note says which."""
     cfg, _ = load_config("gpt2-tiny", keys)
     validate(cfg)
-    backend = LayerBackend(linear=linear)
-    note = qkv_bias_gemm(cfg, backend)
-    assert backend.qkv_bias_gemm is on
-    assert (note is None) if says is None else (says in note)
-
-
-@pytest.mark.parametrize("keys, mlp, on, says", [
-    (["mlp-bias-gemm=true"], "quack", True, "MLP up-projection: bias gradient from the weight-gradient GEMM"),
-    (["mlp-bias-gemm=true"], "torch", False, "but gelu-epilogue is not on"),
-    ([], "quack", False, None),
-])
-def test_the_mlps_bias_from_the_gemm_only_with_quacks_mlp(keys, mlp, on, says):
-    cfg, _ = load_config("gpt2-tiny", keys)
-    validate(cfg)
-    backend = LayerBackend(mlp=mlp)
-    note = mlp_bias_gemm(cfg, backend)
-    assert backend.mlp_bias_gemm is on
-    assert (note is None) if says is None else (says in note)
+    backend = LayerBackend(**layers)
+    notes = [note for note in (qkv_bias_gemm(cfg, backend), mlp_bias_gemm(cfg, backend)) if note]
+    assert {name for name in ("qkv", "mlp") if getattr(backend, f"{name}_bias_gemm")} == on
+    assert notes == [] if says is None else (len(notes) == 1 and says in notes[0])
 
 
 @pytest.mark.parametrize("config, value", [("gpt2-124m", True), ("gpt2-350m", False), ("gpt2-774m", False),
                                            ("gpt2-1.5b", False)])
-def test_hopper_kernels_take_the_mlps_bias_from_the_gemm_only_where_it_measured_faster(config, value):
+def test_hopper_kernels_take_the_mlps_bias_from_the_gemm_only_where_it_measured_faster(config, value, monkeypatch):
     """BENCHMARKS.md run 96: faster at width 768, slower at 1024; the wider configs keep the epilogue's sum."""
     from gptforge.model import kernels
     from gptforge.train.hopper_keys import apply_hopper_keys
 
-    cfg, _ = load_config(config, [])
-    hopper = torch.device("cuda", 0)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(kernels, "hopper_keys_blocker", lambda device: None)
-        resolved, note = apply_hopper_keys(cfg, hopper)
+    monkeypatch.setattr(kernels, "hopper_keys_blocker", lambda device: None)
+    resolved, note = apply_hopper_keys(load_config(config, [])[0], torch.device("cuda", 0))
     assert resolved.mlp_bias_gemm is value and "mlp-bias-gemm" in note

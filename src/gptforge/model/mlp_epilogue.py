@@ -65,6 +65,7 @@ class EpilogueMLP(torch.autograd.Function):
         preact, postact = gemm_act(rows[:, :width], w1.T, bias=b1, activation=GELU, store_preact=True)
         out = gemm(postact, w2.T, bias=b2)
         ctx.save_for_backward(rows, w1, w2, preact, postact)
+        ctx.bias_from_gemm = bias_from_gemm
         return out.view(*x.shape[:-1], out.shape[-1])
 
     @staticmethod
@@ -72,7 +73,7 @@ class EpilogueMLP(torch.autograd.Function):
         rows, w1, w2, preact, postact = ctx.saved_tensors
         width = w1.shape[1]
         dout_rows = dout.reshape(-1, dout.shape[-1]).contiguous()
-        if rows.shape[1] > width:  # [x | 1]: column `width` of the weight gradient sums dpreact over the tokens
+        if ctx.bias_from_gemm:  # rows = [x | 1]: column `width` of the weight gradient sums dpreact over the tokens
             dpreact = dgelu(dout_rows, w2, preact)
             weight_and_bias = dpreact.t() @ rows
             dw1, db1 = weight_and_bias[:, :width], weight_and_bias[:, width]
