@@ -13,7 +13,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-ONES = 8  # columns of ones: 8 keep the wider rows' bf16 stride a multiple of 16 bytes
+ONES = 8  # columns of ones the weight-gradient GEMM reads: a multiple of 16 bytes in bf16
+# The wider buffer's rows are ROW_ALIGN elements apart times n (128 bytes times n in bf16): 776 apart, quack's
+# up-projection GEMM reading the first 768 columns took 276 us where it took 246 on a contiguous input; 832
+# apart, 242 against 240 (BENCHMARKS.md, runs 98-99)
+ROW_ALIGN = 64
 
 
 class BiasFromWeightGradient(torch.autograd.Function):
@@ -35,8 +39,11 @@ class BiasFromWeightGradient(torch.autograd.Function):
 
 
 def with_ones(rows: Tensor) -> Tensor:
-    """ROWS with ONES columns of ones beside them: a GEMM's sum over the rows of [rows | 1] takes a bias gradient along."""
-    return torch.cat([rows, rows.new_ones(rows.shape[0], ONES)], dim=1)
+    """ROWS with ONES columns of ones beside them: a GEMM's sum over the rows of [rows | 1] takes a bias gradient
+    along. The buffer's rows are ROW_ALIGN elements wide times n (the columns past ONES are ones too, never read)."""
+    width = rows.shape[1]
+    pitch = -(-(width + ONES) // ROW_ALIGN) * ROW_ALIGN
+    return torch.cat([rows, rows.new_ones(rows.shape[0], pitch - width)], dim=1)[:, : width + ONES]
 
 
 def linear_bias_from_gemm(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:

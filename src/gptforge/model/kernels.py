@@ -125,7 +125,7 @@ def use_loss_epilogue(backend: LayerBackend, device: torch.device, asked: bool, 
 # What `hopper-kernels` (train/hopper_keys.py; auto in the GPT-2 configs) trains GPT-2 with on an H100/H200: the
 # fastest configuration measured whose loss on held-out data is the defaults' (BENCHMARKS.md: 1.30x nanoGPT; nine
 # seeds, runs 54-58); mlp-bias-gemm since runs 93-96 (+0.4% at 124M, its loss the same on three seeds; the 350M and
-# larger configs set it false, where it measured slower).
+# larger configs set it false: +0.2% at 350M, within the noise, run 100).
 HOPPER_KEYS = ("attention-backend=cudnn-flash4", "gelu-epilogue=true", "loss-epilogue=true", "qkv-bias-gemm=true",
                "mlp-bias-gemm=true", "compile-mode=reduce-overhead")
 
