@@ -114,7 +114,7 @@ def run(args) -> list[dict]:
         rows.append({"mlp": "backward GEMMs alone", "gemms": backward_gemms(args)})
     for width in args.widths:
         reference = None
-        for name, fn in MLPS:
+        for name, fn in ((n, f) for n, f in MLPS if n in args.mlps):
             row = {"mlp": name, "tokens": args.tokens, "width": width, "layer_norm": args.layer_norm}
             try:
                 result, out, grads = measure(fn, args.tokens, width, args)
@@ -156,6 +156,7 @@ def backward_gemms(args) -> list[dict]:
             us = cuda_ms(fn, args.warmup, args.iters) * 1000
             rows.append({"gemm": name, "tokens": tokens, "width": width, "us": us,
                          "tflops": 2 * tokens * width * hidden / us / 1e6})
+            print(json.dumps(rows[-1]), flush=True)  # as it comes: a run stopped later keeps it
     return rows
 
 
@@ -189,7 +190,14 @@ def main() -> int:
     parser.add_argument("--layer-norm", action="store_true", help="a LayerNorm before each MLP, timed with it")
     parser.add_argument("--kernels", action="store_true", help="each MLP's longest kernels too")
     parser.add_argument("--gemms", action="store_true", help="the backward's GEMMs alone first, each bias-gradient route's")
+    parser.add_argument("--mlps", type=lambda s: s.split(","), default=[name for name, _ in MLPS],
+                        help="comma list of the variants to time (default all: " + ",".join(n for n, _ in MLPS) + ")")
     args = parser.parse_args()
+    unknown = sorted(set(args.mlps) - {name for name, _ in MLPS})
+    if unknown:
+        print(f"mlp_epilogue.py: --mlps: unknown {', '.join(unknown)} (known: {', '.join(n for n, _ in MLPS)})",
+              file=sys.stderr)
+        return 2
 
     def show(rows: list[dict]) -> None:
         if args.kernels:

@@ -348,6 +348,15 @@ def test_the_benchmarks_say_what_they_need_where_there_is_no_gpu(script):
     assert proc.stderr.strip() == f"{script}: needs a CUDA GPU (none visible)"
 
 
+def test_the_mlp_benchmark_names_the_variants_it_knows():
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "bench" / "mlp_epilogue.py"), "--mlps", "gptforge,fused"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root / "src")}, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("mlp_epilogue.py: --mlps: unknown fused "
+                                   "(known: torch-compiled, quack-epilogue, gptforge, gptforge-bias-gemm)")
+
+
 def test_gelu_epilogue_with_everything_in_place_turns_quack_on(hopper_here, monkeypatch):
     monkeypatch.setattr(kernels, "QUACK_MODULE", "json")
     monkeypatch.setattr(kernels, "dsl_directory", lambda: "/env/lib/python3.12/site-packages/nvidia_cutlass_dsl")
