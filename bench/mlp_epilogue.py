@@ -18,7 +18,9 @@ from cuBLAS; a fourth, `gptforge-bias-gemm`, is the same with mlp-bias-gemm=true
 the up-projection's weight-gradient GEMM (columns of ones beside its input). With
 --layer-norm a LayerNorm (float32 gain and bias, as the model's) runs before each MLP, timed with it: the
 model's LayerNorm writes the columns of ones in its own kernel, where alone they take a copy of the input.
-A table is printed; JSON goes to $GPTFORGE_BENCH_OUT/mlp_epilogue.json.
+The variants run one after another (--mlps picks them): on a GPU at its power cap a later one can run slower
+even in the kernels it shares with an earlier one (BENCHMARKS.md, run 101), so compare those in --kernels
+before reading a difference. A table is printed; JSON goes to $GPTFORGE_BENCH_OUT/mlp_epilogue.json.
 """
 
 from __future__ import annotations
