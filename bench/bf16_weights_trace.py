@@ -27,9 +27,6 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-RUNS = ("A", "B", "A2")
-
-
 def run_keys(args, root: Path) -> dict[str, list[str]]:
     cache = [] if any(k.startswith("data-cache-dir=") for k in args.set) else [f"data-cache-dir={root / 'data'}"]
     common = [*cache, f"micro-batch-size={args.batch}", f"global-batch-size={args.batch}", f"train-iters={args.steps}",
@@ -185,6 +182,8 @@ def trace(args, root: Path) -> dict:
     print("\n4. B and A2 on A's final state: validation loss " + ", ".join(f"{k} {v:.5f}" for k, v in same_val.items()))
     print_table("   one more step's gradients, relative to A's", late["gradients"])
     print_table("   the update on A's gradients, relative to A's", late["update"])
+    for trainer in trainers.values():
+        trainer.metrics.close()
     return {"config": args.config, "seed": args.seed, "steps": args.steps, "batch": args.batch, "keys": keys,
             "same_start": same_start, "first": first, "losses": losses, "drift": drift, "final_val_loss": val,
             "final_norms": {n: norms(w) for n, w in final.items()},
