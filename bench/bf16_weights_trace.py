@@ -27,6 +27,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from loss_parity import signed_drift  # bench/ is this script's directory
+
 def run_keys(args, root: Path) -> dict[str, list[str]]:
     cache = [] if any(k.startswith("data-cache-dir=") for k in args.set) else [f"data-cache-dir={root / 'data'}"]
     common = [*cache, f"micro-batch-size={args.batch}", f"global-batch-size={args.batch}", f"train-iters={args.steps}",
@@ -139,11 +141,6 @@ def train(trainers: dict, steps: int) -> dict[str, list[float]]:
     return losses
 
 
-def last_half(values: list[float]) -> float:
-    tail = values[len(values) // 2:]
-    return sum(tail) / len(tail)
-
-
 def print_table(title: str, columns: dict[str, dict[str, float]]) -> None:
     print(f"\n{title}")
     print(f"  {'group':24s}" + "".join(f"{c:>12s}" for c in columns))
@@ -171,7 +168,7 @@ def trace(args, root: Path) -> dict:
     val = {name: t.evaluate() for name, t in trainers.items()}
     print_table(f"3. after {args.steps} steps: the weights' norms", {n: norms(w) for n, w in final.items()})
     print_table("   their distance, relative to A's", {k: relative(final["A"], final[k]) for k in ("B", "A2")})
-    drift = {k: last_half(losses[k]) - last_half(losses["A"]) for k in ("B", "A2")}
+    drift = {k: signed_drift(losses["A"], losses[k]) for k in ("B", "A2")}
     print(f"   drift (last-half mean loss minus A's): B {drift['B']:+.4f}, A2 {drift['A2']:+.4f}; validation loss "
           + ", ".join(f"{k} {v:.4f}" for k, v in val.items()))
     for name in ("B", "A2"):

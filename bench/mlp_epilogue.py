@@ -26,6 +26,7 @@ before reading a difference. A table is printed; JSON goes to $GPTFORGE_BENCH_OU
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -49,18 +50,11 @@ def quack_mlp(x, w1, b1, w2, b2):
     return mlp_func(x, w1, w2, "gelu_tanh_approx", bias1=autocast_dtype(b1), bias2=autocast_dtype(b2))
 
 
-def gptforge_mlp(x, w1, b1, w2, b2):
+def gptforge_mlp(x, w1, b1, w2, b2, bias_from_gemm=False):
     from gptforge.model.gpt import autocast_dtype
     from gptforge.model.mlp_epilogue import epilogue_mlp
 
-    return epilogue_mlp(*(autocast_dtype(t) for t in (x, w1, b1, w2, b2)))
-
-
-def gptforge_bias_gemm_mlp(x, w1, b1, w2, b2):
-    from gptforge.model.gpt import autocast_dtype
-    from gptforge.model.mlp_epilogue import epilogue_mlp
-
-    return epilogue_mlp(*(autocast_dtype(t) for t in (x, w1, b1, w2, b2)), bias_from_gemm=True)
+    return epilogue_mlp(*(autocast_dtype(t) for t in (x, w1, b1, w2, b2)), bias_from_gemm=bias_from_gemm)
 
 
 def after_layer_norm(mlp):
@@ -107,7 +101,7 @@ def measure(fn, tokens: int, width: int, args) -> tuple[dict, torch.Tensor, list
 
 
 MLPS = (("torch-compiled", torch_mlp), ("quack-epilogue", quack_mlp), ("gptforge", gptforge_mlp),
-        ("gptforge-bias-gemm", gptforge_bias_gemm_mlp))
+        ("gptforge-bias-gemm", functools.partial(gptforge_mlp, bias_from_gemm=True)))
 
 
 def run(args) -> list[dict]:

@@ -3,10 +3,10 @@
 - ``attention-backend = "flash4"``: FlashAttention 4's Hopper/Blackwell kernels (the flash-attn-4
   package), called through the custom ops of ``model/flash4.py`` in place of SDPA; ``"cudnn-flash4"``:
   cuDNN's forward kernel with FA4's backward, through the same ops.
-- ``gelu-epilogue = true``: the MLP of model/mlp_epilogue.py, bias + GELU in the up-projection's
-  epilogue and GELU's derivative with the bias gradient in the down-projection's input-gradient GEMM
-  (``mlp-bias-gemm = true``: the bias gradient from the up-projection's weight-gradient GEMM instead)
-  (quack-kernels' GEMMs; no GELU kernels of their own).
+- ``gelu-epilogue = true``: the MLP of model/mlp_epilogue.py (quack-kernels' GEMMs; no GELU kernels of
+  their own), bias + GELU in the up-projection's epilogue and GELU's derivative with the bias gradient in the
+  down-projection's input-gradient GEMM; with ``mlp-bias-gemm = true`` that bias gradient comes from the
+  up-projection's weight-gradient GEMM instead.
 - ``loss-epilogue = true``: the fused loss from quack-kernels' scaled-exp linear cross-entropy, the
   softmax's exponentials and sums in the logits GEMM's epilogue (model/lce_epilogue.py; sm_90 only).
 
