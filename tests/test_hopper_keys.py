@@ -170,8 +170,10 @@ def test_on_an_h100_the_gpt2_config_trains_with_every_hopper_key_and_saves_them(
     assert not any("asked for but" in note for note in result["notes"])
     assert result["final_val_loss"] < result["first_val_loss"] - 0.5
     saved = json.loads((run_dir / "config.json").read_text())
-    assert {key: saved[key] for key in ("attention-backend", "gelu-epilogue", "loss-epilogue", "compile-mode")} == \
-        {"attention-backend": "cudnn-flash4", "gelu-epilogue": True, "loss-epilogue": True, "compile-mode": "reduce-overhead"}
+    assert {key: saved[key] for key in ("attention-backend", "gelu-epilogue", "loss-epilogue", "bf16-weights", "compile-mode")} == \
+        {"attention-backend": "cudnn-flash4", "gelu-epilogue": True, "loss-epilogue": True, "bf16-weights": True,
+         "compile-mode": "reduce-overhead"}
+    assert any("float32 master weights" in note for note in result["notes"])  # bf16-weights, with accumulation
 
 
 def test_the_trainer_under_deepspeed_leaves_the_gpt2_config_as_it_is(sm90_here, tmp_path, monkeypatch):

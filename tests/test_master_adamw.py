@@ -7,9 +7,11 @@ Triton's interpreter and on a GPU; and the trainer with the key on against off o
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from test_xent_kernel import interpreted_cases
 
 from gptforge.model import GPT, ModelConfig
 from gptforge.train.config import load_config
-from gptforge.train.master import MasterAdamW
+from gptforge.train.master import MOMENTS, MasterAdamW, float32_weights, without_masters
 from gptforge.train.optim import StepShape, bf16_weights_blocker, build_optimizer, clipped_step, lr_at, param_groups
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,6 +130,55 @@ def test_the_checkpoint_round_trip_keeps_float32_masters_and_moments():
     assert fresh_opt.state[fresh.blocks[0].mlp.fc.weight]["master"].dtype == torch.float32
 
 
+def _random_grads(params: list[torch.Tensor], seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=g).to(torch.bfloat16).to(p.dtype)
+
+
+def _saved(state: dict) -> dict:
+    """STATE as a checkpoint gives it back: copies, shared with nothing (torch's loader keeps CPU tensors as given)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+def test_either_optimizer_resumes_the_others_checkpoint():
+    """A run that began with float32 weights goes on with bf16-weights (a key given on resume, or hopper-kernels
+    adding it), and back: the masters come from the checkpoint's float32 weights, the moments carry over."""
+    ref_model, model = twin_models(4)
+    ref = torch.optim.AdamW(param_groups(ref_model, 0.1), lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    _random_grads(list(ref_model.parameters()), 0)
+    ref.step()
+    model_state, opt_state = _saved(ref_model.state_dict()), _saved(ref.state_dict())
+    opt = master_adamw(model)
+    model.load_state_dict(model_state)
+    opt.load_state_dict(opt_state, float32_weights(model, model_state))
+    for p, q in zip(ref_model.parameters(), model.parameters()):
+        state = opt.state[q]
+        assert "master" not in state or torch.equal(state["master"], p.detach())
+        assert all(state[m].dtype == torch.float32 and torch.equal(state[m], ref.state[p][m]) for m in MOMENTS)
+    with pytest.raises(ValueError, match="no float32 masters"):
+        master_adamw(twin_models(4)[1]).load_state_dict(opt_state)
+    for seed in (1, 2):  # the resumed run steps as the float32 one goes on
+        _random_grads(list(ref_model.parameters()), seed)
+        _random_grads(list(model.parameters()), seed)
+        ref.step()
+        opt.step()
+    for p, q in zip(ref_model.parameters(), model.parameters()):
+        torch.testing.assert_close(opt.state[q]["master"] if q.dtype == torch.bfloat16 else q, p.detach(),
+                                   rtol=2e-6, atol=2e-7)
+    back_model = GPT(SMALL)
+    back_model.load_state_dict(_saved(opt.model_state(model)))
+    back = torch.optim.AdamW(param_groups(back_model, 0.1), lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    back.load_state_dict(without_masters(_saved(opt.state_dict())))
+    assert all("master" not in state for state in back.state.values())
+    for p, q, r in zip(ref_model.parameters(), back_model.parameters(), model.parameters()):
+        torch.testing.assert_close(q.detach(), p.detach(), rtol=2e-6, atol=2e-7)
+        assert all(torch.equal(back.state[q][m], opt.state[r][m]) for m in MOMENTS)
+
+
 def test_where_it_cannot_apply_the_note_says_why_and_torch_adamw_runs():
     cfg, _ = load_config("gpt2-tiny", ["bf16-weights=true"])
     cuda = torch.device("cuda")
@@ -140,6 +191,10 @@ def test_where_it_cannot_apply_the_note_says_why_and_torch_adamw_runs():
     opt, note = build_optimizer(GPT(SMALL), cfg, torch.device("cpu"), StepShape("fp32"))
     assert type(opt) is torch.optim.AdamW
     assert note.startswith("bf16-weights asked for but off (the run is fp32 on cpu")
+    from_hopper_keys = replace(load_config("gpt2-tiny")[0], bf16_weights=True)  # hopper-kernels sets it, no one gave it
+    from_hopper_keys.given = frozenset()
+    _, note = build_optimizer(GPT(SMALL), from_hopper_keys, torch.device("cpu"), StepShape("fp32"))
+    assert note.startswith("bf16-weights (hopper-kernels) off (the run is fp32 on cpu")
 
 
 INTERPRETED = r"""
@@ -232,6 +287,31 @@ def test_on_gpu_training_with_bf16_weights_follows_float32_weights(accum):
     assert abs(sum(on_loss[-5:]) - sum(off_loss[-5:])) / 5 < 0.15, (on_loss, off_loss)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("before, after", [("false", "true"), ("true", "false")])
+def test_on_gpu_a_run_resumes_with_bf16_weights_switched(tmp_path, before, after):
+    """The trainer's checkpoint of one optimizer resumed by the other: a run begun without bf16-weights that
+    hopper-kernels (or a key given on resume) turns it on for, and back."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    keys = ["eval-interval=4", "save-interval=4", "compile=false", f"data-cache-dir={tmp_path / 'data'}"]
+
+    def train(iters: int, bf16_weights: str, *resume: str) -> dict:
+        cmd = [sys.executable, "-m", "gptforge", "train", "--config", "gpt2-tiny", "--device", "cuda", "--json",
+               "--run-dir", str(tmp_path / "run"), *resume, *keys, f"train-iters={iters}", f"bf16-weights={bf16_weights}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return json.loads(proc.stdout)
+
+    first = train(4, before)
+    resumed = train(8, after, "--resume")
+    assert resumed["resumed_from"] == 4
+    assert any("bf16-weights" in note and note.startswith("resume:") for note in resumed["notes"])
+    masters = [any("float32 master weights" in note for note in run["notes"]) for run in (first, resumed)]
+    assert masters == [before == "true", after == "true"]
+    assert resumed["final_val_loss"] < first["final_val_loss"]
+
+
 def tiny_trainer(overrides: list[str]):
     from rich.console import Console
 
@@ -255,3 +335,18 @@ def test_the_committed_parity_runs_give_the_figures_benchmarks_quotes():
     (pooled,) = json.loads(proc.stdout)["configs"].values()
     assert (pooled["runs"], round(pooled["mean"], 4), round(pooled["stderr"], 4)) == (4, 0.0138, 0.0058)
     assert (round(pooled["val_diff"]["mean"], 4), round(pooled["val_diff"]["stderr"], 4)) == (0.039, 0.0046)
+
+
+def test_the_parity_runs_of_the_config_with_bf16_weights_give_the_figures_benchmarks_quotes():
+    """BENCHMARKS.md, runs 103-105: eight seeds of bf16-weights against the config as it trained without it, and
+    four reruns of that config (A's run-to-run deviation)."""
+    files = sorted((ROOT / "bench" / "results" / "loss_parity" / "bf16-weights").glob("run10[345]-*.json"))
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "parity_pool.py"), "--a", "bf16-weights=false", "--json",
+                           *map(str, files)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    (pooled,) = report["configs"].values()
+    assert (pooled["runs"], round(pooled["mean"], 4), round(pooled["stderr"], 4), round(pooled["rms"], 4)) == \
+        (8, -0.0023, 0.0054, 0.0145)
+    assert (round(pooled["val_diff"]["mean"], 4), round(pooled["val_diff"]["stderr"], 4)) == (-0.002, 0.0081)
+    assert (round(report["noise"]["sd"], 4), report["noise"]["dof"]) == (0.0054, 4)

@@ -125,9 +125,10 @@ def use_loss_epilogue(backend: LayerBackend, device: torch.device, asked: bool, 
 # What `hopper-kernels` (train/hopper_keys.py; auto in the GPT-2 configs) trains GPT-2 with on an H100/H200: the
 # fastest configuration measured whose loss on held-out data is the defaults' (BENCHMARKS.md: 1.30x nanoGPT; nine
 # seeds, runs 54-58); mlp-bias-gemm since runs 93-96 (+0.4% at 124M, its loss the same on three seeds; the 350M and
-# larger configs set it false: +0.2% at 350M, within the noise, run 100).
+# larger configs set it false: +0.2% at 350M, within the noise, run 100); bf16-weights since runs 103-105 (+0.5-0.6%
+# at 124M, its loss the same on eight seeds; off by itself where it cannot apply, under DDP for one).
 HOPPER_KEYS = ("attention-backend=cudnn-flash4", "gelu-epilogue=true", "loss-epilogue=true", "qkv-bias-gemm=true",
-               "mlp-bias-gemm=true", "compile-mode=reduce-overhead")
+               "mlp-bias-gemm=true", "bf16-weights=true", "compile-mode=reduce-overhead")
 
 
 def hopper_keys_blocker(device: torch.device) -> str | None:

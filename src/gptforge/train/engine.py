@@ -20,7 +20,7 @@ import torch
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
-from gptforge.train.master import MasterAdamW
+from gptforge.train.master import MasterAdamW, float32_weights, without_masters
 from gptforge.train.optim import build_scheduler, clipped_step, param_groups
 from gptforge.train.precision import Precision
 
@@ -90,8 +90,15 @@ class TorchEngine:
         """Nothing: torch state is gathered on every rank already (DDP replicas)."""
 
     def load(self, ckpt: Path, trainer_state: dict) -> None:
-        self.raw_model.load_state_dict(checkpoint.load_verified(ckpt, "model.pt"))
-        self.optimizer.load_state_dict(checkpoint.load_verified(ckpt, "optimizer.pt"))
+        model_state = checkpoint.load_verified(ckpt, "model.pt")
+        self.raw_model.load_state_dict(model_state)
+        # either optimizer resumes the other's state: bf16-weights may differ from the run's first part
+        # (a key given on resume, or hopper-kernels adding it to a run that began without it)
+        optimizer_state = checkpoint.load_verified(ckpt, "optimizer.pt")
+        if isinstance(self.optimizer, MasterAdamW):
+            self.optimizer.load_state_dict(optimizer_state, float32_weights(self.raw_model, model_state))
+        else:
+            self.optimizer.load_state_dict(without_masters(optimizer_state))
         self.scheduler.load_state_dict(trainer_state["scheduler"])
         if self.scaler and trainer_state.get("scaler"):
             self.scaler.load_state_dict(trainer_state["scaler"])

@@ -106,13 +106,18 @@ class MasterAdamW(torch.optim.Optimizer):
         if self.sums:
             torch._foreach_zero_(list(self.sums.values()))
 
-    def load_state_dict(self, state_dict: dict) -> None:
+    def load_state_dict(self, state_dict: dict, weights: dict[int, torch.Tensor] | None = None) -> None:
         """torch's loader casts every state tensor to its parameter's dtype; masters and moments of a bf16
-        weight stay float32."""
+        weight stay float32. A state torch's AdamW saved (the run trained with float32 weights until then) holds
+        no masters: WEIGHTS, id(parameter) -> its float32 value in the checkpoint's model state, gives them."""
         super().load_state_dict(state_dict)
         for index, p in enumerate(self.params()):
             if self.is_low(p):
                 saved = state_dict["state"][index]
+                if "master" not in saved:
+                    if weights is None:
+                        raise ValueError("the optimizer state holds no float32 masters and no weights were given")
+                    saved = {**saved, "master": weights[id(p)]}
                 for name in ("master", *MOMENTS):
                     self.state[p][name] = saved[name].to(device=p.device, dtype=torch.float32)
                 self.state[p]["step"] = saved["step"].detach().clone().cpu()
@@ -122,3 +127,14 @@ class MasterAdamW(torch.optim.Optimizer):
         masters = {id(p): self.state[p]["master"] for p in self.params() if self.is_low(p)}
         state = model.state_dict(keep_vars=True)
         return {name: masters.get(id(t), t).detach() for name, t in state.items()}
+
+
+def float32_weights(model: torch.nn.Module, model_state: dict) -> dict[int, torch.Tensor]:
+    """id(parameter) -> its value in MODEL_STATE (a checkpoint's model.pt, float32 with either optimizer)."""
+    return {id(p): model_state[name] for name, p in model.named_parameters()}
+
+
+def without_masters(state_dict: dict) -> dict:
+    """A MasterAdamW state as torch's AdamW takes it: its masters are the checkpoint's model weights already."""
+    state = {index: {k: v for k, v in saved.items() if k != "master"} for index, saved in state_dict["state"].items()}
+    return {**state_dict, "state": state}

@@ -64,7 +64,8 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devi
             kernel = "Triton kernel" if kernel_available(device) else "torch ops"
             return opt, (f"AdamW with float32 master weights, the {len(low)} weight matrices bf16 in the model "
                          f"(bf16-weights; {kernel}; the other parameters: torch AdamW)")
-        note = f"bf16-weights asked for but off ({blocker}); "
+        off = "asked for but off" if "bf16-weights" in cfg.given else "(hopper-kernels) off"
+        note = f"bf16-weights {off} ({blocker}); "
     if cfg.apex_fused_adam:
         if device.type == "cuda" and importable("apex.optimizers"):
             from apex.optimizers import FusedAdam
