@@ -104,7 +104,8 @@ class GPT(nn.Module):
         self.ln_f = make_layer_norm(backend, cfg.hidden_size)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.padded_vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied embeddings
-        self.apply(self._init_weights)
+        if not self.wte.weight.is_meta:  # a model on the meta device only counts (train/estimate.py): no values to draw
+            self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
         # GPT-2 init: N(0, 0.02) everywhere, residual output projections scaled by 1/sqrt(2 * layers).
