@@ -21,6 +21,9 @@ the mean drift; a change of numerics scatters more than a rerun, which differs o
 atomics, so the scatter alone is no verdict.
 --only-b trains B alone on every seed, for bench/parity_pool.py to read against the A runs that earlier
 calls trained on the same seeds, shape and data.
+--jobs N trains up to N runs at once, on one GPU side by side (each run's numerics are what they would be
+alone; only the wall time changes): the first starts alone and the others once its first step is logged, by
+when the corpus it built and the kernels it autotuned at startup are on disk for the others to read.
 
 The data is the embedded corpus unless --both gives every run other keys. 500 steps of 16 x 1024 tokens
 read the embedded corpus about 13 times, so its training loss measures memorization; for a training loss
@@ -32,6 +35,7 @@ Runs are named a@S, b@S, a2@S; the top-level a_vs_b and a_vs_a are the first see
     PYTHONPATH=src python3 bench/loss_parity.py --steps 500 --repeat-a
     PYTHONPATH=src python3 bench/loss_parity.py --b transformer-engine=true,fp8=true --steps 500
     PYTHONPATH=src python3 bench/loss_parity.py --steps 500 --repeat-a --seeds 1337,2,3
+    PYTHONPATH=src python3 bench/loss_parity.py --steps 500 --seeds 5,6,7,8 --jobs 4
     bash bench/code_corpus.sh out/code
     PYTHONPATH=src python3 bench/loss_parity.py --both "$(cat out/code/keys)" --a fused-loss=true --b fused-loss=true,bf16-residual=true --repeat-a --seeds 5,6
 """
@@ -45,6 +49,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 # GPU defaults: GPT-2 124M at micro = global batch 16 x 1024 tokens, one eval at the end
@@ -229,17 +235,59 @@ def parity(args, save) -> dict:
     work = Path(tempfile.mkdtemp(prefix="gptforge-parity-"))
     cache = f"data-cache-dir={work / 'data'}"
     plans = plan(args.a, args.b, seeds, args.repeat_a, args.only_b)
-    runs: dict = {}
+    finished: dict = {}
+
+    def report() -> dict:  # the runs in plan order, whichever order they finished in
+        runs = {name: finished[name] for name, _ in plans if name in finished}
+        return build_report(args, common, seeds, runs, complete=len(runs) == len(plans))
+
+    def train(keys: list[str], run_dir: Path) -> dict:
+        return train_once(args.config, common + [cache] + keys, run_dir, args.device)
+
     # written before the first run too, so a stale file from an earlier invocation never reads as this one's
-    save(report := build_report(args, common, seeds, runs, complete=False))
+    save(report())
     try:
-        for i, (name, keys) in enumerate(plans, 1):
-            print(progress(name, i, len(plans)), file=sys.stderr, flush=True)
-            runs[name] = train_once(args.config, common + [cache] + keys, work / name, args.device)
-            save(report := build_report(args, common, seeds, runs, complete=i == len(plans)))
+        for name, result in train_all(plans, train, work, args.jobs):
+            finished[name] = result
+            save(report())
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return report
+    return report()
+
+
+def train_all(plans: list[tuple[str, list[str]]], train, work: Path, jobs: int):
+    """(name, result) of each planned run as it finishes, up to JOBS at a time; after a failure no further run
+    starts, the ones running finish, and the failure is raised."""
+    pending = list(enumerate(plans, 1))
+
+    def start(pool: ThreadPoolExecutor) -> tuple[Future, str]:
+        i, (name, keys) = pending.pop(0)
+        print(progress(name, i, len(plans)), file=sys.stderr, flush=True)
+        return pool.submit(train, keys, work / name), name
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        first, name = start(pool)
+        running = {first: name}
+        if jobs > 1:
+            wait_for_first_step(work / name, first)
+        while running or pending:
+            while pending and len(running) < jobs:
+                future, name = start(pool)
+                running[future] = name
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                name = running.pop(future)
+                if future.exception() is not None:
+                    wait(running)
+                    raise future.exception()
+                yield name, future.result()
+
+
+def wait_for_first_step(run_dir: Path, run: Future, poll_s: float = 0.5) -> None:
+    """Until RUN has logged a training step (its startup, compiling and autotuning, is behind it) or ended."""
+    metrics = run_dir / "metrics.jsonl"
+    while not run.done() and not (metrics.is_file() and '"train"' in metrics.read_text()):
+        time.sleep(poll_s)
 
 
 def show(report: dict) -> None:
@@ -304,6 +352,9 @@ def parse_args(argv: list[str]):
     p.add_argument("--only-b", action="store_true",
                    help="with --seeds: train only B on every seed, for bench/parity_pool.py to read against the A "
                         "runs of earlier calls on the same seeds, shape and data (half the device time)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="train up to N runs at once (on one GPU side by side; the first alone until its first step is "
+                        "logged, so that the others find its autotuned kernels on disk)")
     p.add_argument("--max-diff", type=float, default=None, help="exit 1 when the A/B max |loss diff| is above this")
     p.add_argument("--max-drift", type=float, default=None,
                    help="with --seeds: exit 1 when any seed's |drift| (mean B - A over the last half) is above this")
@@ -324,6 +375,8 @@ def check(args) -> str | None:
 
     if args.steps < 2 or args.batch < 1:
         return "--steps must be >= 2 and --batch >= 1"
+    if args.jobs < 1:
+        return "--jobs must be >= 1"
     try:
         seeds = parse_seeds(args.seeds)
         for keys in (args.a, args.b):

@@ -47,6 +47,21 @@ def test_a_run_whose_keys_could_not_apply_fails_the_comparison(tmp_path, train_d
     assert list(report["fallbacks"]) == ["b"]
 
 
+def test_jobs_train_side_by_side_to_the_losses_of_one_at_a_time(tmp_path, train_data_cache):
+    cache = f"data-cache-dir={train_data_cache}"
+    keys = ["--steps", "3", "--batch", "2", "--a", f"fused-loss=false,{cache}", "--b", f"fused-loss=true,{cache}"]
+    (tmp_path / "side").mkdir()
+    (tmp_path / "alone").mkdir()
+    side = run_script(tmp_path / "side", *keys, "--seeds", "1,2", "--jobs", "2")
+    alone = run_script(tmp_path / "alone", *keys, "--seeds", "2")
+    assert side.returncode == alone.returncode == 0, side.stderr + alone.stderr
+    side_runs = json.loads((tmp_path / "side" / "loss_parity.json").read_text())["runs"]
+    alone_runs = json.loads((tmp_path / "alone" / "loss_parity.json").read_text())["runs"]
+    assert list(side_runs) == ["a@1", "b@1", "a@2", "b@2"]  # plan order, whichever finished first
+    assert [side_runs[n]["losses"] for n in ("a@2", "b@2")] == [alone_runs[n]["losses"] for n in ("a@2", "b@2")]
+    assert loss_parity.main(["--jobs", "0"]) == 2
+
+
 def test_curve_diff_reports_max_mean_and_tail():
     d = loss_parity.curve_diff([1.0] * 10, [1.0] * 9 + [1.5])
     assert d == {"max_abs": 0.5, "mean_abs": pytest.approx(0.05), "tail_mean_abs": 0.5}
