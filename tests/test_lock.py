@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from packaging.utils import canonicalize_name
 
 from gptforge.errors import GptforgeError
 from gptforge.lock import check, manifest, pixilock, pypi, store
-from gptforge.lock.build import build
+from gptforge.lock.build import build, registry_pins
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -165,9 +166,9 @@ def test_a_changed_extra_fails_the_check_until_relocked(workspace):
 
 def test_relocking_offline_refuses_an_extra_the_lock_cannot_satisfy(workspace):
     _, pytest_req = _test_extra(workspace, "pytest")
-    _replace(workspace / "pyproject.toml", f'"{pytest_req}"', f'"{pytest_req}", "uv>=0.9"')
+    _replace(workspace / "pyproject.toml", f'"{pytest_req}"', f'"{pytest_req}", "pendulum>=3"')
     m = manifest.load(workspace / "pixi.toml")
-    with pytest.raises(GptforgeError, match=r"misses 'uv>=0.9 ; extra == 'test'' \(required by gptforge\): not locked"):
+    with pytest.raises(GptforgeError, match=r"misses 'pendulum>=3 ; extra == 'test'' \(required by gptforge\): not locked"):
         build(m, store.Store(workspace / "envs" / "records"))
     assert (workspace / "pixi.lock").read_bytes() == (ROOT / "pixi.lock").read_bytes()
 
@@ -186,3 +187,32 @@ def test_an_optional_dependency_applies_exactly_when_its_extra_is_asked_for(extr
     assert pypi.applies(entry[0], markers, {extra.upper()}) == (marker != "python_version < '3.0'")
     assert not pypi.applies(entry[0], markers, {other})
     assert not pypi.applies(entry[0], markers)
+
+
+def _wheel(directory: Path, name: str, version: str) -> None:
+    """A pure-Python wheel holding only its metadata: enough for uv to resolve against."""
+    info = f"{name}-{version}.dist-info"
+    files = {f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(directory / f"{name}-{version}-py3-none-any.whl", "w") as whl:
+        for path, text in files.items():
+            whl.writestr(path, text)
+
+
+def test_a_refresh_keeps_the_locked_versions_where_the_requirements_allow(tmp_path, monkeypatch):
+    pytest.importorskip("uv", reason="uv resolves the PyPI part (the test extra brings it)")
+    for version in ("1.0", "2.0"):
+        _wheel(tmp_path, "gfdemo", version)
+    monkeypatch.setenv("UV_NO_INDEX", "1")  # uv's own settings: these two wheels are the whole index
+    monkeypatch.setenv("UV_FIND_LINKS", str(tmp_path))
+    assert pypi.uv_compile(["gfdemo"], [], "3.11.7") == {"gfdemo": "2.0"}  # --upgrade-pypi: the newest
+    assert pypi.uv_compile(["gfdemo"], [], "3.11.7", ["gfdemo==1.0"]) == {"gfdemo": "1.0"}  # --refresh-pypi
+    assert pypi.uv_compile(["gfdemo>1.5"], [], "3.11.7", ["gfdemo==1.0"]) == {"gfdemo": "2.0"}  # where it fits
+
+
+def test_the_preferences_are_the_packages_an_index_served():
+    packages = [pypi.PypiPackage("gptforge", "0.1.0", "./", None, (), None),
+                pypi.PypiPackage("numpy", "2.3.5", "https://files.pythonhosted.org/packages/numpy-2.3.5.whl", "ab", (), None)]
+    assert registry_pins(packages) == ["numpy==2.3.5"]
+    assert registry_pins(None) == []

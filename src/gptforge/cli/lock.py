@@ -12,7 +12,10 @@ def register(subparsers, groups) -> None:
     parser = subparsers.add_parser("lock", help=HELP, description=HELP)
     _common(parser)
     parser.add_argument("--refresh-pypi", action="store_true",
-                        help="re-resolve the PyPI part with uv against the registry (else the locked one is kept)")
+                        help="re-resolve the PyPI part with uv against the registry, keeping the locked versions "
+                             "where they still fit (else the locked part is kept as it is)")
+    parser.add_argument("--upgrade-pypi", action="store_true",
+                        help="re-resolve the PyPI part to the newest versions that fit")
     parser.add_argument("--wheel-dir", type=Path, metavar="DIR",
                         help="wheels of a per-package index that cannot be reached from here")
     parser.add_argument("--exports-only", action="store_true",
@@ -54,7 +57,7 @@ def run_build(args) -> int:
         exports.write_all(m, pixilock.read(m.root / "pixi.lock"), m.root)
         print("wrote envs/*/ from pixi.lock")
         return 0
-    for r in build(m, st, refresh_pypi=args.refresh_pypi, wheel_dir=args.wheel_dir):
+    for r in build(m, st, refresh_pypi=args.refresh_pypi, upgrade_pypi=args.upgrade_pypi, wheel_dir=args.wheel_dir):
         print(f"{r.name}: {r.conda} conda + {r.pypi} PyPI packages, conda solve {r.seconds:.2f} s, PyPI {r.pypi_source}")
     print(f"wrote {m.root / 'pixi.lock'} and envs/*/")
     return 0

@@ -56,16 +56,17 @@ def conda_provided(records_json: list[str], store: Store) -> dict[str, str]:
 
 
 def resolve_pypi(manifest: Manifest, env: Environment, python: str, provided: dict[str, str],
-                 wheel_dir: Path | None) -> list[pypi.PypiPackage]:
-    """uv pins the versions (the project given to it with its extras, as pixi does); the walk from the
-    manifest's specs then takes each pinned package's file and metadata from its index."""
+                 wheel_dir: Path | None, preferences: list[str] = ()) -> list[pypi.PypiPackage]:
+    """uv pins the versions (the project given to it with its extras, as pixi does; PREFERENCES, the locked
+    `name==version`s, kept where they still fit); the walk from the manifest's specs then takes each pinned
+    package's file and metadata from its index."""
     project = _project_spec(env)
     local = {canonicalize_name(s.name): _local_wheel(s, wheel_dir, python) for s in env.pypi.values() if s.index}
     uv_roots = [s.requirement for s in env.pypi.values() if not s.path and not s.index]
     uv_roots += [f"{n} @ {Path(w[1].location).as_uri()}" for n, w in local.items()]
     if project:
         uv_roots.append(f"{project.requirement} @ {(manifest.root / project.path).resolve().as_uri()}")
-    pins = pypi.uv_compile(uv_roots, [f"{n}=={v}" for n, v in provided.items()], python)
+    pins = pypi.uv_compile(uv_roots, [f"{n}=={v}" for n, v in provided.items()], python, preferences)
     tags = pypi.python_tags(python, glibc(env))
     packages = {canonicalize_name(project.name): project_package(manifest, project)} if project else {}
 
@@ -114,6 +115,11 @@ def locked_pypi(lock: dict | None, env_name: str) -> list[pypi.PypiPackage] | No
             for p in (by_location[loc] for loc in locations)]
 
 
+def registry_pins(locked: list[pypi.PypiPackage] | None) -> list[str]:
+    """`name==version` of each locked package an index served (not the project's own path)."""
+    return [f"{p.name}=={p.version}" for p in locked or () if p.location.startswith(("https://", "http://"))]
+
+
 def keep_pypi(manifest: Manifest, env: Environment, locked: list[pypi.PypiPackage] | None, python: str,
               provided: dict[str, str]) -> list[pypi.PypiPackage] | None:
     """The committed PyPI part with the project's metadata read afresh from pyproject.toml (as pixi
@@ -138,9 +144,11 @@ def keep_pypi(manifest: Manifest, env: Environment, locked: list[pypi.PypiPackag
     return kept
 
 
-def build(manifest: Manifest, store: Store, *, refresh_pypi: bool = False, wheel_dir: Path | None = None,
-          out_root: Path | None = None) -> list[EnvReport]:
-    """Write pixi.lock and envs/<env>/* under out_root (default: beside the manifest)."""
+def build(manifest: Manifest, store: Store, *, refresh_pypi: bool = False, upgrade_pypi: bool = False,
+          wheel_dir: Path | None = None, out_root: Path | None = None) -> list[EnvReport]:
+    """Write pixi.lock and envs/<env>/* under out_root (default: beside the manifest). REFRESH_PYPI re-resolves
+    the PyPI part keeping the locked versions where they still fit (what an added dependency needs moves);
+    UPGRADE_PYPI re-resolves it to the newest versions that fit."""
     out_root = Path(out_root or manifest.root)
     previous = pixilock.read(out_root / "pixi.lock") if (out_root / "pixi.lock").is_file() else None
     solved, reports = {}, []
@@ -149,8 +157,10 @@ def build(manifest: Manifest, store: Store, *, refresh_pypi: bool = False, wheel
         records = [r.to_json() for r in conda.records]
         python = next(json.loads(r)["version"] for r in records if json.loads(r)["name"] == "python")
         provided = conda_provided(records, store)
-        kept = None if refresh_pypi else keep_pypi(manifest, env, locked_pypi(previous, env.name), python, provided)
-        packages = kept if kept is not None else resolve_pypi(manifest, env, python, provided, wheel_dir)
+        locked = locked_pypi(previous, env.name)
+        kept = None if refresh_pypi or upgrade_pypi else keep_pypi(manifest, env, locked, python, provided)
+        preferences = [] if upgrade_pypi else registry_pins(locked)
+        packages = kept if kept is not None else resolve_pypi(manifest, env, python, provided, wheel_dir, preferences)
         solved[env.name] = (records, packages)
         reports.append(EnvReport(env.name, len(records), len(packages), conda.seconds,
                                  "kept" if kept is not None else "resolved"))

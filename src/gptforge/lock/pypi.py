@@ -187,20 +187,24 @@ def archive_metadata(filename: str, data: bytes) -> tuple[tuple[str, ...], str |
 # --- resolving -------------------------------------------------------------------------------
 
 
-def uv_compile(requirements: list[str], constraints: list[str], python_full: str) -> dict[str, str]:
-    """name -> pinned version (or `name @ url` target) as uv resolves them for manylinux_2_28 x86_64."""
+def uv_compile(requirements: list[str], constraints: list[str], python_full: str,
+               preferences: list[str] = ()) -> dict[str, str]:
+    """name -> pinned version (or `name @ url` target) as uv resolves them for manylinux_2_28 x86_64. PREFERENCES
+    (`name==version`, e.g. the lock's) are kept wherever the requirements allow: uv reads them from its output file."""
     with tempfile.TemporaryDirectory() as tmp:
-        req_file, con_file = Path(tmp, "requirements.in"), Path(tmp, "constraints.txt")
+        req_file, con_file, out_file = Path(tmp, "requirements.in"), Path(tmp, "constraints.txt"), Path(tmp, "out.txt")
         req_file.write_text("\n".join(requirements) + "\n")
         con_file.write_text("\n".join(constraints) + "\n")
-        cmd = [_uv(), "pip", "compile", str(req_file), "-c", str(con_file), "--python-version", python_full,
-               "--python-platform", "x86_64-manylinux_2_28", "--no-header", "--no-annotate", "--quiet"]
+        out_file.write_text("".join(f"{pin}\n" for pin in preferences))
+        cmd = [_uv(), "pip", "compile", str(req_file), "-c", str(con_file), "-o", str(out_file), "--python-version",
+               python_full, "--python-platform", "x86_64-manylinux_2_28", "--no-header", "--no-annotate", "--quiet"]
         done = subprocess.run(cmd, capture_output=True, text=True)
+        resolved = out_file.read_text() if done.returncode == 0 else ""
     if done.returncode:
         raise GptforgeError(f"uv could not resolve the PyPI part: {done.stderr.strip().splitlines()[-1:]}",
                             "fix the pypi-dependencies pins")
     pins = {}
-    for line in done.stdout.splitlines():
+    for line in resolved.splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
             req = Requirement(line)
