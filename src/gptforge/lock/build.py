@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def conda_provided(records_json: list[str], store: Store) -> dict[str, str]:
 
 
 def resolve_pypi(manifest: Manifest, env: Environment, python: str, provided: dict[str, str],
-                 wheel_dir: Path | None, preferences: list[str] = ()) -> list[pypi.PypiPackage]:
+                 wheel_dir: Path | None, preferences: Sequence[str] = ()) -> list[pypi.PypiPackage]:
     """uv pins the versions (the project given to it with its extras, as pixi does; PREFERENCES, the locked
     `name==version`s, kept where they still fit); the walk from the manifest's specs then takes each pinned
     package's file and metadata from its index."""

@@ -13,7 +13,7 @@ import tempfile
 import urllib.parse
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,7 +188,7 @@ def archive_metadata(filename: str, data: bytes) -> tuple[tuple[str, ...], str |
 
 
 def uv_compile(requirements: list[str], constraints: list[str], python_full: str,
-               preferences: list[str] = ()) -> dict[str, str]:
+               preferences: Sequence[str] = ()) -> dict[str, str]:
     """name -> pinned version (or `name @ url` target) as uv resolves them for manylinux_2_28 x86_64. PREFERENCES
     (`name==version`, e.g. the lock's) are kept wherever the requirements allow: uv reads them from its output file."""
     with tempfile.TemporaryDirectory() as tmp:
