@@ -29,6 +29,7 @@ from pathlib import Path
 
 from loss_parity import signed_drift  # bench/ is this script's directory
 
+
 def run_keys(args, root: Path) -> dict[str, list[str]]:
     cache = [] if any(k.startswith("data-cache-dir=") for k in args.set) else [f"data-cache-dir={root / 'data'}"]
     common = [*cache, f"micro-batch-size={args.batch}", f"global-batch-size={args.batch}", f"train-iters={args.steps}",
