@@ -89,6 +89,17 @@ LEVERS = {lv.name: lv for lv in (
     Lever("mix-order-autotune", (),
           "+0-0.5%: inductor times the LayerNorm backward kernel's rows per partial; fewer partials for the 50 eager "
           "sums to read", env=("TORCHINDUCTOR_MIX_ORDER_REDUCTION_AUTOTUNE_SPLIT_SIZE=1",)),
+    Lever("norm-split-64", ("compile-norm-rows=64",),
+          "+0.3-0.7% (measure against --set ...,compile-norm-rows=0): the LayerNorm backward kernel sums 64 rows "
+          "into each partial, not inductor's 16 (132 SMs x 8 splits of 32768 rows): its 50 partial buffers a step "
+          "shrink from 6.3 MB to 1.6 MB each, so the eager sums after it (11 us each) read a quarter and the kernel "
+          "writes a quarter"),
+    Lever("norm-split-128", ("compile-norm-rows=128",),
+          "+0.2-0.6%: as norm-split-64 with 128 rows a partial (inductor's cap); 256 programs on 132 SMs, so the "
+          "kernel itself may lose what the sums save"),
+    Lever("norm-rows-inductor", ("compile-norm-rows=0",),
+          "-0.3-1% against a config with compile-norm-rows=128 (hopper-kernels sets it; the reverse of "
+          "norm-split-128): inductor's 16 rows a partial again"),
     Lever("combo-kernels", ("compile-combo-kernels=true",),
           "+0-1%: inductor fuses independent small kernels (the ~60 weight casts of 5 us each, bias-gradient "
           "sums) into combined launches; more compile time"),
@@ -150,7 +161,8 @@ LEVERS = {lv.name: lv for lv in (
 )}
 DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "reference-loss", "fp8-output", "fp8-output-gradients",
                   "loss-epilogue", "automatic-gc", "apex-fused-adam", "coordinate-descent", "pdl", "no-mix-order",
-                  "mix-order-autotune", "combo-kernels",
+                  "mix-order-autotune", "norm-split-64", "norm-split-128", "norm-rows-inductor",
+                  "combo-kernels",
                   "mlp-bias-gemm", "qkv-bias-gemm", "cudnn-attention", "flash4-attention", "cudnn-flash4-attention", "gelu-epilogue",
                   "bf16-residual", "float32-residual", "foreach-adamw", "bf16-weights", "reduce-overhead", "accum-2", "micro-2x", "flash-attention",
                   "eager", "max-autotune", "max-autotune-graphs", "max-autotune-tma", "te", "te-fp8-delayed", "te-fp8-current", "torchao-float8-tensorwise",

@@ -226,9 +226,21 @@ def test_a_config_toml_of_an_older_run_still_loads(tmp_path):
     (["compile-mode=reduce-overhead", "compile-combo-kernels=true"],
      {"options": {"triton.cudagraphs": True, "combo_kernels": True}}),
     (["compile-combo-kernels=true"], {"options": {"combo_kernels": True}}),
+    (["compile-mode=reduce-overhead", "compile-norm-rows=128"],
+     {"options": {"triton.cudagraphs": True, "triton.mix_order_reduction_split_size": 128}}),
+    (["compile-norm-rows=0"], {"mode": None}),
 ])
-def test_combo_kernels_go_with_the_modes_own_inductor_options(keys, expected):
+def test_inductor_options_of_ours_go_with_the_modes_own(keys, expected):
+    import torch
+
     from gptforge.train.loop import compile_arguments
 
     cfg, _ = load_config("gpt2-tiny", keys)
     assert compile_arguments(cfg) == expected
+    torch.compile(torch.nn.Identity(), **expected)  # this torch's inductor knows every option (else RuntimeError)
+
+
+@pytest.mark.parametrize("rows", ["-16", "96", "3"])
+def test_norm_rows_must_be_zero_or_a_power_of_two(rows):
+    with pytest.raises(UsageError, match=f"compile-norm-rows: {rows} is not 0 or a power of two"):
+        validate(load_config("gpt2-tiny", [f"compile-norm-rows={rows}"])[0])

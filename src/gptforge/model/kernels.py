@@ -128,7 +128,7 @@ def use_loss_epilogue(backend: LayerBackend, device: torch.device, asked: bool, 
 # larger configs set it false: +0.2% at 350M, within the noise, run 100); bf16-weights since runs 103-105 (+0.5-0.6%
 # at 124M, its loss the same on eight seeds; off by itself where it cannot apply, under DDP for one).
 HOPPER_KEYS = ("attention-backend=cudnn-flash4", "gelu-epilogue=true", "loss-epilogue=true", "qkv-bias-gemm=true",
-               "mlp-bias-gemm=true", "bf16-weights=true", "compile-mode=reduce-overhead")
+               "mlp-bias-gemm=true", "bf16-weights=true", "compile-mode=reduce-overhead", "compile-norm-rows=128")
 
 
 def hopper_keys_blocker(device: torch.device) -> str | None:

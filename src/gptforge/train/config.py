@@ -128,6 +128,7 @@ class TrainConfig:
     compile: bool
     compile_mode: str
     compile_combo_kernels: bool
+    compile_norm_rows: int
     attention_backend: str
     fused_loss: bool
     fp8_output: bool
@@ -326,6 +327,9 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
         raise UsageError("precision", f"{cfg.precision!r} is not one of {', '.join(PRECISIONS)}", "precision=auto")
     if not 0.0 <= cfg.lr_warmup_fraction < 1.0:
         raise UsageError("lr-warmup-fraction", f"{cfg.lr_warmup_fraction} is outside [0, 1)", "e.g. 0.01")
+    if cfg.compile_norm_rows < 0 or cfg.compile_norm_rows & (cfg.compile_norm_rows - 1):
+        raise UsageError("compile-norm-rows", f"{cfg.compile_norm_rows} is not 0 or a power of two",
+                         "compile-norm-rows=0 (inductor's pick) or e.g. 128")
     if cfg.min_lr > cfg.lr:
         raise UsageError("min-lr", f"{cfg.min_lr} is above lr={cfg.lr}", "set min-lr <= lr")
     if cfg.warmup_iters() >= cfg.decay_iters():

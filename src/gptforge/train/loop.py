@@ -122,13 +122,20 @@ def bf16_residual(cfg: TrainConfig, backend: LayerBackend, precision: Precision)
 
 
 def compile_arguments(cfg: TrainConfig) -> dict:
-    """torch.compile's mode, or with combo kernels that mode's inductor options plus them (it takes one or the other)."""
-    mode = None if cfg.compile_mode == "default" else cfg.compile_mode
-    if not cfg.compile_combo_kernels:
-        return {"mode": mode}
+    """torch.compile's mode, or with inductor options of our own that mode's options plus ours (it takes one or the other)."""
+    ours = {**({"combo_kernels": True} if cfg.compile_combo_kernels else {}),
+            **({"triton.mix_order_reduction_split_size": cfg.compile_norm_rows} if cfg.compile_norm_rows else {})}
+    if not ours:
+        return {"mode": None if cfg.compile_mode == "default" else cfg.compile_mode}
     from torch._inductor import list_mode_options
 
-    return {"options": {**list_mode_options(cfg.compile_mode), "combo_kernels": True}}
+    return {"options": {**list_mode_options(cfg.compile_mode), **ours}}
+
+
+def compile_note(cfg: TrainConfig) -> str:
+    extras = ([", combo kernels"] if cfg.compile_combo_kernels else []) + (
+        [f", LayerNorm-backward partials of {cfg.compile_norm_rows} rows"] if cfg.compile_norm_rows else [])
+    return f"torch.compile: on, mode {cfg.compile_mode}{''.join(extras)} (first steps include compilation)"
 
 
 def qkv_bias_gemm(cfg: TrainConfig, backend: LayerBackend) -> str | None:
@@ -309,8 +316,7 @@ class Trainer:
             wrapped = self.model
             if cfg.compile:
                 wrapped = torch.compile(self.model, **compile_arguments(cfg))
-                combo = ", combo kernels" if cfg.compile_combo_kernels else ""
-                self.notes.append(f"torch.compile: on, mode {cfg.compile_mode}{combo} (first steps include compilation)")
+                self.notes.append(compile_note(cfg))
             if self.env.launched:
                 from torch.nn.parallel import DistributedDataParallel as DDP
 
