@@ -130,3 +130,33 @@ def test_the_committed_runs_give_the_figures_benchmarks_quotes():
     assert (round(min(ratios), 3), round(max(ratios), 3), round(sum(ratios) / len(ratios), 3)) == (1.289, 1.326, 1.305)
     assert round(max(rows["gpt2-124m"]["gptforge"]["tokens_per_s"] for rows in as_configured)) == 601935
     assert round(as_configured[2]["gpt2-350m"]["ratio"], 3) == 1.212 and round(as_configured[2]["gpt2-350m"]["gptforge"]["mfu"], 3) == 0.546
+
+
+def test_the_committed_runs_since_bf16_weights_give_the_figures_benchmarks_quotes():
+    results = ROOT / "bench" / "results"
+
+    def report(name: str) -> dict:
+        return json.loads((results / "throughput" / f"{name}.json").read_text())
+
+    def ratio(row: dict) -> float:
+        return round(row["ratio"], 3)
+
+    names = ("run106-nanogpt", "run107-nanogpt", "run108-norm-split", "run110-norm-split", "run112-nanogpt")
+    rows = [report(name)["comparison"][0] for name in names]
+    assert [ratio(row) for row in rows] == [1.312, 1.318, 1.319, 1.318, 1.321]
+    assert round(max(row["gptforge"]["tokens_per_s"] for row in rows)) == 606402
+    assert [round(row["nanogpt"]["tokens_per_s"]) for row in rows][2:] == [450691, 453371, 457774]
+    assert rows[-1]["gptforge"]["notes"][0].endswith("compile-mode=reduce-overhead compile-norm-rows=128")
+    assert round(rows[-1]["gptforge"]["tokens_per_s"]) == 604794 and round(rows[-1]["gptforge"]["mfu"], 3) == 0.523
+    levers = [(lever["result"], row) for name, row in zip(names, rows) for lever in report(name)["levers"]
+              if lever["lever"] == "norm-split-128"]
+    assert [round(result["speedup"] - 1, 3) for result, _ in levers] == [0.01, 0.004, 0.003]
+    assert [round(result["tokens_per_s"] / row["nanogpt"]["tokens_per_s"], 3) for result, row in levers] == [1.332, 1.324, 1.322]
+    (weights,) = report("run109-350m-bf16-weights")["levers"]
+    assert round(weights["result"]["speedup"] - 1, 3) == 0.015
+    (rows350,) = report("run111-350m-norm-split")["levers"]
+    assert (round(rows350["result"]["tokens_per_s"]), round(rows350["result"]["mfu"], 3)) == (225525, 0.553)
+    parity = json.loads((results / "loss_parity" / "norm-rows" / "run112-norm-rows-seeds5-6.json").read_text())
+    drift = parity["seed_summary"]["drift"]
+    assert (round(drift["mean"], 4), round(drift["stderr"], 4)) == (-0.0018, 0.0016)
+    assert [round(seed["val_diff"], 3) for seed in parity["seeds"]] == [0.032, -0.021]
