@@ -126,7 +126,9 @@ def use_loss_epilogue(backend: LayerBackend, device: torch.device, asked: bool, 
 # fastest configuration measured whose loss on held-out data is the defaults' (BENCHMARKS.md: 1.30x nanoGPT; nine
 # seeds, runs 54-58); mlp-bias-gemm since runs 93-96 (+0.4% at 124M, its loss the same on three seeds; the 350M and
 # larger configs set it false: +0.2% at 350M, within the noise, run 100); bf16-weights since runs 103-105 (+0.5-0.6%
-# at 124M, its loss the same on eight seeds; off by itself where it cannot apply, under DDP for one).
+# at 124M, +1.5% at 350M, its loss the same on eight seeds; off by itself where it cannot apply, under DDP for one);
+# compile-norm-rows=128 since runs 108-112 (+0.3-1.0% at 124M, +0.5% at 350M; only the float32 summation order of
+# the LayerNorms' weight and bias gradients changes).
 HOPPER_KEYS = ("attention-backend=cudnn-flash4", "gelu-epilogue=true", "loss-epilogue=true", "qkv-bias-gemm=true",
                "mlp-bias-gemm=true", "bf16-weights=true", "compile-mode=reduce-overhead", "compile-norm-rows=128")
 
