@@ -244,3 +244,12 @@ def test_inductor_options_of_ours_go_with_the_modes_own(keys, expected):
 def test_norm_rows_must_be_zero_or_a_power_of_two(rows):
     with pytest.raises(UsageError, match=f"compile-norm-rows: {rows} is not 0 or a power of two"):
         validate(load_config("gpt2-tiny", [f"compile-norm-rows={rows}"])[0])
+
+
+def test_the_compile_note_names_our_inductor_options():
+    from gptforge.train.loop import compile_note
+
+    cfg, _ = load_config("gpt2-tiny", ["compile-mode=reduce-overhead", "compile-combo-kernels=true", "compile-norm-rows=128"])
+    assert compile_note(cfg) == ("torch.compile: on, mode reduce-overhead, combo kernels, LayerNorm-backward partials of "
+                                 "128 rows (first steps include compilation)")
+    assert compile_note(load_config("gpt2-tiny", [])[0]) == "torch.compile: on, mode default (first steps include compilation)"

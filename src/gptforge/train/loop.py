@@ -123,8 +123,11 @@ def bf16_residual(cfg: TrainConfig, backend: LayerBackend, precision: Precision)
 
 def compile_arguments(cfg: TrainConfig) -> dict:
     """torch.compile's mode, or with inductor options of our own that mode's options plus ours (it takes one or the other)."""
-    ours = {**({"combo_kernels": True} if cfg.compile_combo_kernels else {}),
-            **({"triton.mix_order_reduction_split_size": cfg.compile_norm_rows} if cfg.compile_norm_rows else {})}
+    ours: dict = {}
+    if cfg.compile_combo_kernels:
+        ours["combo_kernels"] = True
+    if cfg.compile_norm_rows:
+        ours["triton.mix_order_reduction_split_size"] = cfg.compile_norm_rows
     if not ours:
         return {"mode": None if cfg.compile_mode == "default" else cfg.compile_mode}
     from torch._inductor import list_mode_options
@@ -133,9 +136,9 @@ def compile_arguments(cfg: TrainConfig) -> dict:
 
 
 def compile_note(cfg: TrainConfig) -> str:
-    extras = ([", combo kernels"] if cfg.compile_combo_kernels else []) + (
-        [f", LayerNorm-backward partials of {cfg.compile_norm_rows} rows"] if cfg.compile_norm_rows else [])
-    return f"torch.compile: on, mode {cfg.compile_mode}{''.join(extras)} (first steps include compilation)"
+    combo = ", combo kernels" if cfg.compile_combo_kernels else ""
+    rows = f", LayerNorm-backward partials of {cfg.compile_norm_rows} rows" if cfg.compile_norm_rows else ""
+    return f"torch.compile: on, mode {cfg.compile_mode}{combo}{rows} (first steps include compilation)"
 
 
 def qkv_bias_gemm(cfg: TrainConfig, backend: LayerBackend) -> str | None:
