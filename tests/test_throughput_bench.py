@@ -160,3 +160,35 @@ def test_the_committed_runs_since_bf16_weights_give_the_figures_benchmarks_quote
     drift = parity["seed_summary"]["drift"]
     assert (round(drift["mean"], 4), round(drift["stderr"], 4)) == (-0.0018, 0.0016)
     assert [round(seed["val_diff"], 3) for seed in parity["seeds"]] == [0.032, -0.021]
+
+
+def test_the_committed_runs_of_the_tied_scatter_give_the_figures_benchmarks_quotes():
+    results = ROOT / "bench" / "results"
+
+    def report(name: str) -> dict:
+        return json.loads((results / "throughput" / f"{name}.json").read_text())
+
+    before, = report("run114-levers")["comparison"]
+    assert (round(before["gptforge"]["tokens_per_s"]), round(before["ratio"], 3)) == (612264, 1.331)
+    speedups = {lever["lever"]: round(lever["result"]["speedup"] - 1, 3) for lever in report("run114-levers")["levers"]}
+    assert speedups == {"tied-scatter": 0.009, "coordinate-descent": 0.008}
+    with_key = [report(name)["comparison"][0] for name in ("run115-tied-scatter-nanogpt", "run118-tied-scatter-nanogpt")]
+    assert [round(row["gptforge"]["tokens_per_s"]) for row in with_key] == [616698, 610818]
+    assert [round(row["ratio"], 3) for row in with_key] == [1.349, 1.321]
+    assert all(row["gptforge"]["tokens_per_s"] >= 610_000 for row in with_key)
+    assert all("the embedding's gradient scattered into the output layer's" in row["gptforge"]["notes"][-1]
+               for row in with_key)
+    (lever,) = report("run118-tied-scatter-lever")["levers"]
+    assert round(lever["result"]["speedup"] - 1, 3) == 0.002
+    large, = report("run119-350m-tied-scatter")["comparison"]
+    assert (round(large["gptforge"]["tokens_per_s"]), round(large["gptforge"]["mfu"], 3)) == (230735, 0.566)
+
+
+def test_the_tied_scatters_loss_parity_pools_to_what_benchmarks_quotes():
+    files = sorted((ROOT / "bench" / "results" / "loss_parity" / "tied-scatter").glob("*.json"))
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "parity_pool.py"), "--a", "compile-tied-scatter=false",
+                          "--json", *map(str, files)], capture_output=True, text=True, check=True).stdout
+    pooled = json.loads(out)["configs"]["compile-tied-scatter=true"]
+    assert pooled["runs"] == 8
+    assert (round(pooled["mean"], 4), round(pooled["stderr"], 4), round(pooled["rms"], 4)) == (0.0065, 0.0048, 0.0141)
+    assert (round(pooled["val_diff"]["mean"], 4), round(pooled["val_diff"]["stderr"], 4)) == (0.0057, 0.0082)

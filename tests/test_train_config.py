@@ -10,6 +10,7 @@ from hypothesis import assume, given, strategies as st
 from gptforge.errors import UsageError
 from gptforge.train.config import KNOWN_KEYS, TrainConfig, list_keys, load_config, packaged_configs, validate
 from gptforge.train.optim import lr_at
+from gptforge.train.tied_grad import TIED_SCATTER
 
 
 def test_every_packaged_config_loads_and_validates():
@@ -229,6 +230,8 @@ def test_a_config_toml_of_an_older_run_still_loads(tmp_path):
     (["compile-mode=reduce-overhead", "compile-norm-rows=128"],
      {"options": {"triton.cudagraphs": True, "triton.mix_order_reduction_split_size": 128}}),
     (["compile-norm-rows=0"], {"mode": None}),
+    (["compile-mode=reduce-overhead", "compile-tied-scatter=true"],
+     {"options": {"triton.cudagraphs": True, "post_grad_custom_post_pass": TIED_SCATTER}}),
 ])
 def test_inductor_options_of_ours_go_with_the_modes_own(keys, expected):
     import torch
@@ -253,3 +256,6 @@ def test_the_compile_note_names_our_inductor_options():
     assert compile_note(cfg) == ("torch.compile: on, mode reduce-overhead, combo kernels, LayerNorm-backward partials of "
                                  "128 rows (first steps include compilation)")
     assert compile_note(load_config("gpt2-tiny", [])[0]) == "torch.compile: on, mode default (first steps include compilation)"
+    assert compile_note(load_config("gpt2-tiny", ["compile-tied-scatter=true"])[0]) == (
+        "torch.compile: on, mode default, the embedding's gradient scattered into the output layer's (first steps "
+        "include compilation)")

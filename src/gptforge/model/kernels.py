@@ -128,9 +128,12 @@ def use_loss_epilogue(backend: LayerBackend, device: torch.device, asked: bool, 
 # larger configs set it false: +0.2% at 350M, within the noise, run 100); bf16-weights since runs 103-105 (+0.5-0.6%
 # at 124M, +1.5% at 350M, its loss the same on eight seeds; off by itself where it cannot apply, under DDP for one);
 # compile-norm-rows=128 since runs 108-112 (+0.3-1.0% at 124M, +0.5% at 350M; only the float32 summation order of
-# the LayerNorms' weight and bias gradients changes).
+# the LayerNorms' weight and bias gradients changes); compile-tied-scatter since runs 114-119 (+0.9% and +0.2% at
+# 124M, 0.0% at 350M; only the float32 addition order of the tied embedding's gradient changes, its loss the same on
+# eight seeds).
 HOPPER_KEYS = ("attention-backend=cudnn-flash4", "gelu-epilogue=true", "loss-epilogue=true", "qkv-bias-gemm=true",
-               "mlp-bias-gemm=true", "bf16-weights=true", "compile-mode=reduce-overhead", "compile-norm-rows=128")
+               "mlp-bias-gemm=true", "bf16-weights=true", "compile-mode=reduce-overhead", "compile-norm-rows=128",
+               "compile-tied-scatter=true")
 
 
 def hopper_keys_blocker(device: torch.device) -> str | None:

@@ -129,6 +129,7 @@ class TrainConfig:
     compile_mode: str
     compile_combo_kernels: bool
     compile_norm_rows: int
+    compile_tied_scatter: bool
     attention_backend: str
     fused_loss: bool
     fp8_output: bool

@@ -128,6 +128,10 @@ def compile_arguments(cfg: TrainConfig) -> dict:
         ours["combo_kernels"] = True
     if cfg.compile_norm_rows:
         ours["triton.mix_order_reduction_split_size"] = cfg.compile_norm_rows
+    if cfg.compile_tied_scatter:
+        from gptforge.train.tied_grad import TIED_SCATTER
+
+        ours["post_grad_custom_post_pass"] = TIED_SCATTER
     if not ours:
         return {"mode": None if cfg.compile_mode == "default" else cfg.compile_mode}
     from torch._inductor import list_mode_options
@@ -138,7 +142,8 @@ def compile_arguments(cfg: TrainConfig) -> dict:
 def compile_note(cfg: TrainConfig) -> str:
     combo = ", combo kernels" if cfg.compile_combo_kernels else ""
     rows = f", LayerNorm-backward partials of {cfg.compile_norm_rows} rows" if cfg.compile_norm_rows else ""
-    return f"torch.compile: on, mode {cfg.compile_mode}{combo}{rows} (first steps include compilation)"
+    tied = ", the embedding's gradient scattered into the output layer's" if cfg.compile_tied_scatter else ""
+    return f"torch.compile: on, mode {cfg.compile_mode}{combo}{rows}{tied} (first steps include compilation)"
 
 
 def qkv_bias_gemm(cfg: TrainConfig, backend: LayerBackend) -> str | None:
