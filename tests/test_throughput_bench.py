@@ -180,6 +180,9 @@ def test_the_committed_runs_of_the_tied_scatter_give_the_figures_benchmarks_quot
                for row in with_key)
     (lever,) = report("run118-tied-scatter-lever")["levers"]
     assert round(lever["result"]["speedup"] - 1, 3) == 0.002
+    as_it_trains, = report("run120-nanogpt")["comparison"]  # the key in the Hopper set: hopper-kernels=auto names it
+    assert as_it_trains["gptforge"]["notes"][0].endswith("compile-norm-rows=128 compile-tied-scatter=true")
+    assert (round(as_it_trains["gptforge"]["tokens_per_s"]), round(as_it_trains["ratio"], 3)) == (600455, 1.316)
     large, = report("run119-350m-tied-scatter")["comparison"]
     assert (round(large["gptforge"]["tokens_per_s"]), round(large["gptforge"]["mfu"], 3)) == (230735, 0.566)
 
