@@ -32,7 +32,8 @@ def accumulating_scatter(node: torch.fx.Node) -> bool:
     return bool(node.kwargs.get("accumulate", node.args[3] if len(node.args) > 3 else False))
 
 
-def zeros(node) -> bool:
+def zero_table(node) -> bool:
+    """NODE is a zero-filled tensor that one node reads."""
     return (isinstance(node, torch.fx.Node) and node.target is aten.full.default and node.args[1] == 0
             and len(node.users) == 1)
 
@@ -46,7 +47,7 @@ def same_tensor_type(a: torch.fx.Node, b: torch.fx.Node) -> bool:
 def scatter_into_zeros(node) -> bool:
     """NODE is an accumulating scatter into a zero-filled table that only an add reads."""
     return (isinstance(node, torch.fx.Node) and accumulating_scatter(node)
-            and zeros(node.args[0]) and len(node.users) == 1)
+            and zero_table(node.args[0]) and len(node.users) == 1)
 
 
 def rewrite(graph: torch.fx.Graph) -> int:
