@@ -40,6 +40,17 @@ def run_cli(*args: str, env: dict | None = None, cwd: str | os.PathLike | None =
     )
 
 
+def pooled_parity(results: str, a_keys: str, pattern: str = "*.json") -> dict:
+    """bench/parity_pool.py's JSON over the committed loss-parity files bench/results/loss_parity/RESULTS/PATTERN,
+    the runs with A_KEYS as A."""
+    root = Path(__file__).resolve().parent.parent
+    files = sorted((root / "bench" / "results" / "loss_parity" / results).glob(pattern))
+    proc = subprocess.run([sys.executable, str(root / "bench" / "parity_pool.py"), "--a", a_keys, "--json",
+                           *map(str, files)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 @pytest.fixture
 def cli():
     return run_cli

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import pooled_parity
 from test_xent_kernel import interpreted_cases
 
 from gptforge.model import GPT, ModelConfig
@@ -23,7 +24,6 @@ from gptforge.train.config import load_config
 from gptforge.train.master import MOMENTS, MasterAdamW, float32_weights, without_masters
 from gptforge.train.optim import StepShape, bf16_weights_blocker, build_optimizer, clipped_step, lr_at, param_groups
 
-ROOT = Path(__file__).resolve().parents[1]
 SMALL = ModelConfig(num_layers=2, hidden_size=32, num_attention_heads=2, max_position_embeddings=16, vocab_size=100)
 
 
@@ -326,18 +326,9 @@ def tiny_trainer(overrides: list[str]):
     return trainer
 
 
-def pool_report(pattern: str) -> dict:
-    """bench/parity_pool.py's JSON over the committed bf16-weights parity files matching PATTERN."""
-    files = sorted((ROOT / "bench" / "results" / "loss_parity" / "bf16-weights").glob(pattern))
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "parity_pool.py"), "--a", "bf16-weights=false", "--json",
-                           *map(str, files)], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
 def test_the_committed_parity_runs_give_the_figures_benchmarks_quotes():
     """BENCHMARKS.md, run 91: bf16-weights' four seeds pooled against the float32 weights' runs."""
-    (pooled,) = pool_report("run91-*.json")["configs"].values()
+    (pooled,) = pooled_parity("bf16-weights", "bf16-weights=false", "run91-*.json")["configs"].values()
     assert (pooled["runs"], round(pooled["mean"], 4), round(pooled["stderr"], 4)) == (4, 0.0138, 0.0058)
     assert (round(pooled["val_diff"]["mean"], 4), round(pooled["val_diff"]["stderr"], 4)) == (0.039, 0.0046)
 
@@ -345,7 +336,7 @@ def test_the_committed_parity_runs_give_the_figures_benchmarks_quotes():
 def test_the_parity_runs_of_the_config_with_bf16_weights_give_the_figures_benchmarks_quotes():
     """BENCHMARKS.md, runs 103-105: eight seeds of bf16-weights against the config as it trained without it, and
     four reruns of that config (A's run-to-run deviation)."""
-    report = pool_report("run10[345]-*.json")
+    report = pooled_parity("bf16-weights", "bf16-weights=false", "run10[345]-*.json")
     (pooled,) = report["configs"].values()
     assert (pooled["runs"], round(pooled["mean"], 4), round(pooled["stderr"], 4), round(pooled["rms"], 4)) == \
         (8, -0.0023, 0.0054, 0.0145)

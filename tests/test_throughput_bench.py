@@ -15,6 +15,7 @@ SCRIPT = ROOT / "bench" / "throughput.py"
 NANOGPT = Path(os.environ.get("GPTFORGE_NANOGPT_DIR", ROOT / "third_party" / "nanogpt"))
 sys.path.insert(0, str(SCRIPT.parent))
 import throughput  # noqa: E402
+from conftest import pooled_parity  # noqa: E402
 
 DRY = ["--device", "cpu", "--precision", "fp32", "--models", "gpt2-tiny", "--batch", "2", "--warmup", "1", "--steps", "2"]
 
@@ -188,10 +189,7 @@ def test_the_committed_runs_of_the_tied_scatter_give_the_figures_benchmarks_quot
 
 
 def test_the_tied_scatters_loss_parity_pools_to_what_benchmarks_quotes():
-    files = sorted((ROOT / "bench" / "results" / "loss_parity" / "tied-scatter").glob("*.json"))
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "parity_pool.py"), "--a", "compile-tied-scatter=false",
-                          "--json", *map(str, files)], capture_output=True, text=True, check=True).stdout
-    pooled = json.loads(out)["configs"]["compile-tied-scatter=true"]
+    pooled = pooled_parity("tied-scatter", "compile-tied-scatter=false")["configs"]["compile-tied-scatter=true"]
     assert pooled["runs"] == 8
     assert (round(pooled["mean"], 4), round(pooled["stderr"], 4), round(pooled["rms"], 4)) == (0.0065, 0.0048, 0.0141)
     assert (round(pooled["val_diff"]["mean"], 4), round(pooled["val_diff"]["stderr"], 4)) == (0.0057, 0.0082)
