@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
+from gptforge.accel import CHOICES as ACCEL_CHOICES
 from gptforge.core.dataspec import TOKENIZER_KINDS, split_weights
 from gptforge.errors import UsageError
 from gptforge.model.config import ModelConfig
@@ -112,7 +113,6 @@ class TrainConfig:
     save_interval: int
     keep_last: int
     log_interval: int
-    gc_interval: int
     # data
     data_path: list
     split: str
@@ -122,37 +122,10 @@ class TrainConfig:
     merge_file: str
     default_vocab_size: int
     data_cache_dir: str
-    # precision and accelerators (each used only when installed AND asked for)
+    # precision and speed
     precision: str
-    tf32: bool
     compile: bool
-    compile_mode: str
-    compile_combo_kernels: bool
-    compile_norm_rows: int
-    compile_tied_scatter: bool
-    attention_backend: str
-    fused_loss: bool
-    fp8_output: bool
-    fp8_output_logits: bool
-    loss_epilogue: bool
-    loss_chunk_tokens: int
-    gelu_epilogue: bool
-    bf16_residual: bool
-    qkv_bias_gemm: bool
-    mlp_bias_gemm: bool
-    hopper_kernels: str
-    fused_adamw: bool
-    bf16_weights: bool
-    apex_fused_adam: bool
-    apex_layernorm: bool
-    transformer_engine: bool
-    fp8: bool
-    fp8_recipe: str
-    float8: str
-
-    def __post_init__(self):
-        # the keys a config file or an override set (load_config); a choice like hopper-kernels=auto leaves them as given
-        self.given: frozenset[str] = frozenset()
+    accel: str
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(
@@ -287,9 +260,7 @@ def load_config(name_or_path: str, overrides: list[str] = ()) -> tuple[TrainConf
     for text in overrides:
         key, value = parse_override(text)
         values[key] = value
-    cfg = TrainConfig(**{attr_name(k): v for k, v in values.items()})
-    cfg.given = frozenset(values)
-    return cfg, path
+    return TrainConfig(**{attr_name(k): v for k, v in values.items()}), path
 
 
 def validate(cfg: TrainConfig, world_size: int = 1) -> None:
@@ -305,7 +276,7 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
     for attr in positive:
         if getattr(cfg, attr) <= 0:
             raise UsageError(key_name(attr), f"must be positive, got {getattr(cfg, attr)}", "set a value > 0")
-    non_negative = ("min_lr", "lr_warmup_iters", "lr_decay_iters", "weight_decay", "adam_eps", "clip_grad", "gc_interval")
+    non_negative = ("min_lr", "lr_warmup_iters", "lr_decay_iters", "weight_decay", "adam_eps", "clip_grad")
     for attr in non_negative:
         if getattr(cfg, attr) < 0:
             raise UsageError(key_name(attr), f"must be >= 0, got {getattr(cfg, attr)}", "set a value >= 0")
@@ -328,9 +299,6 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
         raise UsageError("precision", f"{cfg.precision!r} is not one of {', '.join(PRECISIONS)}", "precision=auto")
     if not 0.0 <= cfg.lr_warmup_fraction < 1.0:
         raise UsageError("lr-warmup-fraction", f"{cfg.lr_warmup_fraction} is outside [0, 1)", "e.g. 0.01")
-    if cfg.compile_norm_rows < 0 or cfg.compile_norm_rows & (cfg.compile_norm_rows - 1):
-        raise UsageError("compile-norm-rows", f"{cfg.compile_norm_rows} is not 0 or a power of two",
-                         "compile-norm-rows=0 (inductor's pick) or e.g. 128")
     if cfg.min_lr > cfg.lr:
         raise UsageError("min-lr", f"{cfg.min_lr} is above lr={cfg.lr}", "set min-lr <= lr")
     if cfg.warmup_iters() >= cfg.decay_iters():
@@ -340,7 +308,8 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
         raise UsageError("dropout", f"{cfg.dropout} is outside [0, 1)", "e.g. 0.0")
     validate_split(cfg.split)
     validate_data_path(cfg.data_path)
-    validate_speed_keys(cfg)
+    if cfg.accel not in ACCEL_CHOICES:
+        raise UsageError("accel", f"{cfg.accel!r} is not one of {', '.join(ACCEL_CHOICES)}", "e.g. accel=triton")
     if cfg.tokenizer_type not in TOKENIZERS:
         raise UsageError("tokenizer-type", f"{cfg.tokenizer_type!r} is not one of {', '.join(TOKENIZERS)}",
                          "the tokenizer the data was prepared with, e.g. tokenizer-type=gpt2")
@@ -385,23 +354,3 @@ def validate_split(split: str) -> None:
     for name, weight in (("training", train), ("validation", valid)):
         if weight <= 0:
             raise UsageError("split", f"{split!r} leaves no {name} documents", "give it a share, e.g. split=949,50,1")
-
-
-COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
-FP8_RECIPES = ("delayed", "current")
-FLOAT8_RECIPES = ("off", "tensorwise", "rowwise")  # torchao's Float8LinearRecipeName values, and off
-HOPPER_KERNEL_CHOICES = ("auto", "on", "off")
-
-
-def validate_speed_keys(cfg: TrainConfig) -> None:
-    """The throughput levers: each names one of a fixed set of choices."""
-    from gptforge.model.layers import ATTENTION_CHOICES
-
-    choices = {"compile-mode": COMPILE_MODES, "attention-backend": ATTENTION_CHOICES, "fp8-recipe": FP8_RECIPES,
-               "float8": FLOAT8_RECIPES, "hopper-kernels": HOPPER_KERNEL_CHOICES}
-    for key, allowed in choices.items():
-        value = getattr(cfg, attr_name(key))
-        if value not in allowed:
-            raise UsageError(key, f"{value!r} is not one of {', '.join(allowed)}", f"e.g. {key}={allowed[0]}")
-    if cfg.loss_chunk_tokens <= 0:
-        raise UsageError("loss-chunk-tokens", f"must be positive, got {cfg.loss_chunk_tokens}", "e.g. loss-chunk-tokens=8192")

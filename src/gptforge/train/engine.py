@@ -8,7 +8,6 @@ checkpoint hooks. Checkpoint directories and the commit protocol belong to train
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 import math
 import os
@@ -20,33 +19,28 @@ import torch
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
-from gptforge.train.master import MasterAdamW, float32_weights, without_masters
 from gptforge.train.optim import build_scheduler, clipped_step, param_groups
 from gptforge.train.precision import Precision
 
 
 class TorchEngine:
     def __init__(self, model, raw_model, optimizer, cfg: TrainConfig, precision: Precision, accum: int, ddp: bool,
-                 fp8_context=None):
+                 cuda_graphs: bool = False):
         self.model, self.raw_model, self.optimizer = model, raw_model, optimizer
         self.scheduler = build_scheduler(optimizer, cfg)
         self.precision = precision
         self.scaler = precision.make_scaler()
         self.accum, self.ddp = accum, ddp
         self.clip = cfg.clip_grad
-        self.fp8_context = fp8_context or contextlib.nullcontext
-        # apex FusedAdam.zero_grad() takes no set_to_none (it frees grads by its set_grad_none default)
-        takes = inspect.signature(optimizer.zero_grad).parameters
-        self.zero_grad_kwargs = {"set_to_none": True} if "set_to_none" in takes else {}
-        self.cudagraphs = uses_cudagraphs(cfg)
-        self.kept_grads = own_grad_buffers(raw_model, optimizer) if self.cudagraphs and accum > 1 else None
+        self.cudagraphs = cuda_graphs
+        self.kept_grads = own_grad_buffers(raw_model) if cuda_graphs and accum > 1 else None
 
     def micro_step(self, x, y, is_last: bool) -> torch.Tensor:
         sync = contextlib.nullcontext() if (is_last or not self.ddp) else self.model.no_sync()
         if self.cudagraphs:
             torch.compiler.cudagraph_mark_step_begin()  # this micro batch's replay may reuse the last one's outputs
         with sync:
-            with self.precision.autocast(), self.fp8_context():
+            with self.precision.autocast():
                 _, loss = self.model(x, y)
             scaled = loss / self.accum
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()
@@ -64,7 +58,7 @@ class TorchEngine:
             norm = clipped_step(self.optimizer, list(self.raw_model.parameters()), max_norm)
         self.scheduler.step()
         if self.kept_grads is None:
-            self.optimizer.zero_grad(**self.zero_grad_kwargs)
+            self.optimizer.zero_grad(set_to_none=True)
         else:
             torch._foreach_zero_(self.kept_grads)
         return norm.detach()
@@ -73,7 +67,7 @@ class TorchEngine:
         return self.optimizer.param_groups[0]["lr"]
 
     def eval_loss(self, x, y) -> torch.Tensor:
-        with self.precision.autocast(), self.fp8_context():
+        with self.precision.autocast():
             return self.model(x, y)[1].detach()
 
     def train_mode(self, on: bool) -> None:
@@ -82,45 +76,29 @@ class TorchEngine:
     def state(self) -> tuple[dict, dict, dict]:
         """(model, optimizer, extra trainer state) to save from rank 0."""
         extra = {"scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict() if self.scaler else None}
-        model_state = (self.optimizer.model_state(self.raw_model) if isinstance(self.optimizer, MasterAdamW)
-                       else self.raw_model.state_dict())
-        return model_state, self.optimizer.state_dict(), extra
+        return self.raw_model.state_dict(), self.optimizer.state_dict(), extra
 
     def save_collective(self, tmp: Path) -> None:
         """Nothing: torch state is gathered on every rank already (DDP replicas)."""
 
     def load(self, ckpt: Path, trainer_state: dict) -> None:
-        model_state = checkpoint.load_verified(ckpt, "model.pt")
-        self.raw_model.load_state_dict(model_state)
-        # either optimizer resumes the other's state: bf16-weights may differ from the run's first part
-        # (a key given on resume, or hopper-kernels adding it to a run that began without it)
-        optimizer_state = checkpoint.load_verified(ckpt, "optimizer.pt")
-        if isinstance(self.optimizer, MasterAdamW):
-            self.optimizer.load_state_dict(optimizer_state, float32_weights(self.raw_model, model_state))
-        else:
-            self.optimizer.load_state_dict(without_masters(optimizer_state))
+        self.raw_model.load_state_dict(checkpoint.load_verified(ckpt, "model.pt"))
+        self.optimizer.load_state_dict(checkpoint.load_verified(ckpt, "optimizer.pt"))
         self.scheduler.load_state_dict(trainer_state["scheduler"])
         if self.scaler and trainer_state.get("scaler"):
             self.scaler.load_state_dict(trainer_state["scaler"])
 
 
-def uses_cudagraphs(cfg: TrainConfig) -> bool:
-    """Whether the compiled step runs as CUDA graphs (torch.compile's cudagraph trees)."""
-    return cfg.compile and cfg.compile_mode in ("reduce-overhead", "max-autotune")
-
-
-def own_grad_buffers(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """Zeroed .grad buffers for every trainable parameter, kept for the whole run (but those whose gradients
-    OPTIMIZER adds into float32 sums of its own as each backward hands them over).
+def own_grad_buffers(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Zeroed .grad buffers for every trainable parameter, kept for the whole run.
 
     Under CUDA graphs a backward's gradients are memory of the graph, which its next replay overwrites; a
     parameter without a .grad takes that memory as its .grad, so the next micro batch of an accumulation
     would overwrite (or fail on) what the first one left. With buffers of its own each micro batch's
     gradient is added into them (pytorch/pytorch#169545)."""
     grads = []
-    summed = optimizer.accumulated if isinstance(optimizer, MasterAdamW) else lambda p: False
     for param in model.parameters():
-        if param.requires_grad and not summed(param):
+        if param.requires_grad:
             param.grad = torch.zeros_like(param)
             grads.append(param.grad)
     return grads

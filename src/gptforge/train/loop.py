@@ -2,40 +2,31 @@
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import importlib.util
 import json
 import math
 import os
-import resource
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from gptforge import accel
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT
-from gptforge.model.kernels import use_flash4, use_gelu_epilogue, use_loss_epilogue
-from gptforge.model.layers import LayerBackend, resolve_backend
-from gptforge.model.loss import fp8_fits
-from gptforge.model.scaled_mm import fp8_matmul_gpu
-from gptforge.model.xent import kernel_name as xent_kernel_name
+from gptforge.storage import kill_point, write_atomic
 from gptforge.train import checkpoint, data as datamod, distributed, rundir
-from gptforge.train.collector import ScheduledCollector
 from gptforge.train.config import TrainConfig, validate
-from gptforge.train.hopper_keys import apply_hopper_keys
 from gptforge.train.engine import DeepSpeedEngine, TorchEngine, read_deepspeed_config
 from gptforge.train.estimate import estimate
-from gptforge.storage import kill_point, write_atomic
 from gptforge.train.metrics import MetricsLog, plot_losses, read_records
-from gptforge.train.optim import StepShape, build_optimizer
+from gptforge.train.optim import build_optimizer
 from gptforge.train.peaks import Peak, lookup, mfu
+from gptforge.train.precision import choose
 from gptforge.train.progress import RunProgress
-from gptforge.train.precision import Precision, choose
+from gptforge.train.steptime import LaunchedStep, StepClock, copy_to_host, memory_gib, recorded_event
 
 
 @dataclass
@@ -63,166 +54,8 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass
-class LaunchedStep:
-    """A step queued on the device; its loss and gradient norm arrive in ``values`` once ``ready`` has passed."""
-    step: int
-    values: torch.Tensor  # (loss, grad norm), host memory
-    ready: torch.cuda.Event | None  # None: already there
-    lr: float
-    t0: float
-    start: torch.cuda.Event | None = None  # on the device's timeline where the step began (CUDA only)
-    overlapped: bool = False  # queued while the step before it was still running
-
-
-def copy_to_host(values: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
-    """A copy to host memory queued behind the work that makes VALUES, and the event that marks it done.
-
-    A plain .item() would wait for everything queued on the stream, the next step included."""
-    if values.device.type != "cuda":
-        return values, None
-    host = values.to("cpu", non_blocking=True)
-    return host, recorded_event()
-
-
-def recorded_event() -> torch.cuda.Event:
-    """A timing event recorded on the current stream: where the device has got to, on its own clock."""
-    event = torch.cuda.Event(enable_timing=True)
-    event.record()
-    return event
-
-
 class NonFiniteLoss(GptforgeError):
     pass
-
-
-def fp8_context(cfg: TrainConfig, backend: LayerBackend, device: torch.device):
-    """TransformerEngine's fp8_autocast when asked for, TE is on and the GPU is sm_89 or newer."""
-    if not cfg.fp8:
-        return contextlib.nullcontext, None
-    if backend.linear != "te":
-        return contextlib.nullcontext, "FP8 asked for but TransformerEngine layers are off: bf16/fp16 matmuls"
-    if not fp8_matmul_gpu(device):
-        return contextlib.nullcontext, "FP8 asked for but needs an sm_89+ GPU: bf16/fp16 matmuls"
-    from gptforge.model.fp8 import autocast_factory
-
-    return autocast_factory(cfg.fp8_recipe), f"FP8 (TransformerEngine, HYBRID E4M3/E5M2, {cfg.fp8_recipe} scaling): on"
-
-
-def bf16_residual(cfg: TrainConfig, backend: LayerBackend, precision: Precision) -> str | None:
-    """Turn the bf16 residual stream on in BACKEND when asked for and the run is bf16; the note says which.
-
-    The key means "in bf16 under bf16 autocast" (the GPT-2 configs set it), so an fp16/fp32 run is not a fallback."""
-    if not cfg.bf16_residual:
-        return None
-    if precision.name != "bf16":
-        return f"residual stream: float32 (bf16-residual applies to bf16 runs; this run is {precision.name})"
-    backend.bf16_residual = True
-    return "residual stream: bf16 (weights, LayerNorm statistics and weight gradients float32)"
-
-
-def compile_arguments(cfg: TrainConfig) -> dict:
-    """torch.compile's mode, or with inductor options of our own that mode's options plus ours (it takes one or the other)."""
-    ours: dict = {}
-    if cfg.compile_combo_kernels:
-        ours["combo_kernels"] = True
-    if cfg.compile_norm_rows:
-        ours["triton.mix_order_reduction_split_size"] = cfg.compile_norm_rows
-    if cfg.compile_tied_scatter:
-        from gptforge.train.tied_grad import TIED_SCATTER
-
-        ours["post_grad_custom_post_pass"] = TIED_SCATTER
-    if not ours:
-        return {"mode": None if cfg.compile_mode == "default" else cfg.compile_mode}
-    from torch._inductor import list_mode_options
-
-    return {"options": {**list_mode_options(cfg.compile_mode), **ours}}
-
-
-def compile_note(cfg: TrainConfig) -> str:
-    combo = ", combo kernels" if cfg.compile_combo_kernels else ""
-    rows = f", LayerNorm-backward partials of {cfg.compile_norm_rows} rows" if cfg.compile_norm_rows else ""
-    tied = ", the embedding's gradient scattered into the output layer's" if cfg.compile_tied_scatter else ""
-    return f"torch.compile: on, mode {cfg.compile_mode}{combo}{rows}{tied} (first steps include compilation)"
-
-
-def qkv_bias_gemm(cfg: TrainConfig, backend: LayerBackend) -> str | None:
-    """Take the qkv projection's bias gradient from its weight-gradient GEMM when asked for and the layer
-    is torch's own (TE's layers and torchao's float8 ones compute theirs); the note says which."""
-    if not cfg.qkv_bias_gemm:
-        return None
-    if backend.linear != "torch":
-        return "qkv bias gradient from the GEMM asked for but TransformerEngine layers are on: TE's linear layer"
-    if cfg.float8 != "off":
-        return f"qkv bias gradient from the GEMM asked for but float8={cfg.float8} is on: torchao's float8 layer"
-    backend.qkv_bias_gemm = True
-    return "qkv projection: bias gradient from the weight-gradient GEMM (columns of ones beside its input)"
-
-
-def mlp_bias_gemm(cfg: TrainConfig, backend: LayerBackend) -> str | None:
-    """Take the MLP up-projection's bias gradient from its weight-gradient GEMM when asked for and the MLP is
-    quack's (gelu-epilogue; torch's computes its own); the note says which."""
-    if not cfg.mlp_bias_gemm:
-        return None
-    if backend.mlp != "quack":
-        return "MLP bias gradient from the GEMM asked for but gelu-epilogue is not on: the MLP's own bias gradient"
-    backend.mlp_bias_gemm = True
-    return "MLP up-projection: bias gradient from the weight-gradient GEMM (columns of ones beside its input)"
-
-
-def fp8_output(cfg: TrainConfig, backend: LayerBackend, device: torch.device, padded_vocab: int) -> str | None:
-    """Turn the FP8 output layer on in BACKEND when asked for and possible; the note says which."""
-    if not cfg.fp8_output:
-        return None
-    if not backend.loss_chunk:
-        return "FP8 output layer asked for but needs fused-loss=true: bf16/fp16 output layer"
-    if not fp8_matmul_gpu(device):
-        return "FP8 output layer asked for but needs an sm_89+ GPU: bf16/fp16 output layer"
-    tokens = cfg.micro_batch_size * cfg.seq_length
-    if not fp8_fits(tokens, backend.loss_chunk, cfg.hidden_size, padded_vocab):
-        return (f"FP8 output layer asked for but tokens per micro batch ({tokens}), loss-chunk-tokens, hidden-size "
-                f"and the padded vocabulary ({padded_vocab}) must be multiples of 16: bf16/fp16 output layer")
-    backend.loss_fp8, backend.loss_fp8_logits = True, cfg.fp8_output_logits
-    if not cfg.fp8_output_logits:
-        return "FP8 output layer: on for its two gradient matmuls (bf16 logits; E4M3 hidden states and weights, E5M2 softmax)"
-    return "FP8 output layer: on (E4M3 hidden states and weights, E5M2 logits gradient)"
-
-
-def torchao_float8(cfg: TrainConfig, backend: LayerBackend, model: torch.nn.Module, device: torch.device) -> str | None:
-    """Convert the model's block Linear layers to torchao float8 when asked for and possible; the note says which."""
-    if cfg.float8 == "off":
-        return None
-    if backend.linear != "torch":
-        return "torchao float8 asked for but TransformerEngine layers are on: use fp8=true for TE's FP8"
-    if not fp8_matmul_gpu(device):
-        return "torchao float8 asked for but needs an sm_89+ GPU: bf16/fp16 matmuls"
-    if importlib.util.find_spec("torchao") is None:
-        return "torchao float8 asked for but torchao is not installed: bf16/fp16 matmuls"
-    from gptforge.model.fp8 import convert_torchao
-
-    swapped = convert_torchao(model, cfg.float8)
-    return f"float8 (torchao, {cfg.float8} scaling): on, {swapped} Linear layers"
-
-
-def memory_gib(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB -> GiB (peak RSS)
-
-
-def check_writable(run_dir: Path) -> None:
-    """The run directory can be made: a directory can be created (and is removed again) in its nearest
-    existing ancestor. Permission bits are not enough: root passes them on /proc and read-only mounts."""
-    existing = run_dir.absolute()
-    while not existing.exists():
-        existing = existing.parent
-    try:
-        if not existing.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
-        os.rmdir(tempfile.mkdtemp(prefix=".gptforge-write-test-", dir=existing))
-    except OSError as err:
-        raise UsageError("--run-dir", f"{run_dir} cannot be created in {existing}: {err.strerror or err}",
-                         "give a --run-dir on a writable file system") from None
 
 
 class Trainer:
@@ -234,10 +67,8 @@ class Trainer:
 
         self.console = console or Console(soft_wrap=True)
         self.notes: list[str] = []
-        self.last_step_done = 0.0  # host clock when the last step's loss was read
-        self.last_ready: torch.cuda.Event | None = None  # the device's end of the last step read
+        self.clock = StepClock()
         self.unread = 0  # steps launched whose loss has not been read
-        self.collector = ScheduledCollector(cfg.gc_interval)
 
     # ---- checks that need no GPU --------------------------------------------------------------
     def preflight(self) -> None:
@@ -245,15 +76,13 @@ class Trainer:
         self.world = distributed.env_world_size()
         validate(cfg, self.world)
         device = distributed.pick_device(opts.device, int(os.environ.get("LOCAL_RANK", "0")))
-        self.cfg, hopper_note = apply_hopper_keys(cfg, device, bool(opts.deepspeed))  # before anything is written
-        cfg = self.cfg
-        self.notes += [hopper_note] if hopper_note else []
+        accel.check(cfg.accel, device, choose(cfg.precision, device).name, cfg.dropout)  # before anything is written
         self.ds_config = read_deepspeed_config(opts.deepspeed, cfg, self.world) if opts.deepspeed else None
         if opts.deepspeed and importlib.util.find_spec("deepspeed") is None:
             raise UsageError("--deepspeed", "DeepSpeed is not installed", "pip install deepspeed, or train without --deepspeed")
         if self.data is None:
             datamod.check_data_paths(cfg)
-        check_writable(self.run_dir)
+        rundir.check_writable(self.run_dir)
         if int(os.environ.get("RANK", "0")) == 0:  # before reading checkpoints another run may be writing
             self.lock = rundir.lock(self.run_dir)
         self.resume_ckpt, self.resume_state = None, None
@@ -286,32 +115,17 @@ class Trainer:
             checkpoint.check_shape(self.resume_state, cfg.model_config(self.data.vocab_size).shape(), self.resume_ckpt)
         if repeat := datamod.repeat_note(self.data.train):
             self.notes.append(repeat)
-        mcfg = cfg.model_config(self.data.vocab_size)
-        if self.device.type == "cuda" and cfg.tf32:
+        if self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
         checkpoint.seed_all(cfg.seed)
         precision = choose(cfg.precision, self.device)
-        backend = resolve_backend(cfg.apex_layernorm, cfg.transformer_engine, cfg.attention_backend,
-                                  cfg.loss_chunk_tokens if cfg.fused_loss else 0)
-        self.notes += backend.notes
-        self.notes += [note for note in (use_flash4(backend, self.device, cfg.dropout),
-                                         use_gelu_epilogue(backend, self.device, cfg.gelu_epilogue, cfg.float8),
-                                         bf16_residual(cfg, backend, precision), qkv_bias_gemm(cfg, backend),
-                                         mlp_bias_gemm(cfg, backend)) if note]
-        fp8_output_note = fp8_output(cfg, backend, self.device, mcfg.padded_vocab_size)
-        loss_epilogue_note = use_loss_epilogue(backend, self.device, cfg.loss_epilogue, precision.name,
-                                               mcfg.padded_vocab_size, mcfg.hidden_size)
-        if backend.loss_chunk and not backend.loss_epilogue:
-            self.notes.append(f"loss kernel: {xent_kernel_name(self.device)}")
-        self.model = GPT(mcfg, backend).to(self.device)
-        fp8_ctx, fp8_note = fp8_context(cfg, backend, self.device)
-        float8_note = torchao_float8(cfg, backend, self.model, self.device)
-        self.notes += [note for note in (fp8_output_note, loss_epilogue_note, fp8_note, float8_note) if note]
+        self.model = GPT(cfg.model_config(self.data.vocab_size)).to(self.device)
+        speed = accel.accelerate(self.model, cfg.accel, self.device, precision.name,
+                                 compiled=cfg.compile and self.ds_config is None)
+        self.notes += speed.notes
         self.accum = cfg.global_batch_size // (cfg.micro_batch_size * self.env.world_size)
-        optimizer, opt_note = build_optimizer(self.model, cfg, self.device,
-                                              StepShape(precision.name, self.env.launched, self.ds_config is not None,
-                                                        self.accum > 1))
+        optimizer, opt_note = build_optimizer(self.model, cfg, speed.fused_optimizer)
         if self.ds_config is not None:
             self.engine = DeepSpeedEngine(self.model, optimizer, cfg, self.ds_config)
             self.notes.append(self.engine.describe())
@@ -323,15 +137,16 @@ class Trainer:
             self.notes.append(f"optimizer: {opt_note}")
             wrapped = self.model
             if cfg.compile:
-                wrapped = torch.compile(self.model, **compile_arguments(cfg))
-                self.notes.append(compile_note(cfg))
+                wrapped = torch.compile(self.model, **speed.compile_options)
+                self.notes.append("torch.compile: on (first steps include compilation)")
             if self.env.launched:
                 from torch.nn.parallel import DistributedDataParallel as DDP
 
                 wrapped = DDP(wrapped, device_ids=[self.device.index] if self.device.type == "cuda" else None)
                 self.notes.append(f"DDP over {self.env.world_size} processes ({self.env.backend})")
+            cuda_graphs = cfg.compile and speed.cuda_graphs
             self.engine = TorchEngine(wrapped, self.model, optimizer, cfg, precision, self.accum,
-                                      ddp=self.env.launched, fp8_context=fp8_ctx)
+                                      ddp=self.env.launched, cuda_graphs=cuda_graphs)
         self.step, self.consumed = 0, 0
         if self.resume_ckpt is not None:
             self.engine.load(self.resume_ckpt, self.resume_state)
@@ -415,16 +230,14 @@ class Trainer:
         loss is read, so the device never waits for the host's reads; a step after which the loop
         evaluates or saves, and the last, is read before anything else is queued."""
         pending = None
-        with self.collector:
-            while self.step < until:
-                launched = self.launch_step(on_micro)
-                self.collector.after_step(self.step)  # while the GPU runs the step just queued
-                if pending is not None:
-                    yield self.finish_step(pending)
-                pending = launched
-                if self.syncs_after(self.step) or self.step == until:
-                    yield self.finish_step(pending)
-                    pending = None
+        while self.step < until:
+            launched = self.launch_step(on_micro)
+            if pending is not None:
+                yield self.finish_step(pending)
+            pending = launched
+            if self.syncs_after(self.step) or self.step == until:
+                yield self.finish_step(pending)
+                pending = None
 
     def syncs_after(self, step: int) -> bool:
         cfg = self.cfg
@@ -461,7 +274,7 @@ class Trainer:
         if launched.ready is not None:
             launched.ready.synchronize()  # this step's work only: the step queued after it runs on
         loss, norm = launched.values.tolist()
-        elapsed = self.step_seconds(launched)
+        elapsed = self.clock.seconds(launched)
         self.unread -= 1
         if not math.isfinite(loss):
             last = checkpoint.latest(self.ckpt_root)
@@ -472,21 +285,6 @@ class Trainer:
         util = mfu(self.flops_per_token, tokens_per_s, self.peak, self.env.world_size)
         return {"kind": "train", "step": launched.step, "loss": loss, "lr": launched.lr, "grad_norm": norm,
                 "tokens_per_s": tokens_per_s, "step_ms": elapsed * 1e3, "mfu": util, "mem_gib": memory_gib(self.device)}
-
-    def step_seconds(self, launched: LaunchedStep) -> float:
-        """The time a finished step took, each second counted for one step only.
-
-        On CUDA from the device's own clock: from the end of the step before it when it was queued behind that
-        one, else from its own start (the first step, compilation included, and the step after a pause to
-        evaluate or save). Host clocks would charge a step for when the host happened to look."""
-        if launched.ready is None or launched.start is None:  # no device clock: the host's, steps counted once
-            done = time.perf_counter()
-            seconds = done - max(launched.t0, self.last_step_done)
-            self.last_step_done = done
-            return seconds
-        begin = self.last_ready if launched.overlapped and self.last_ready is not None else launched.start
-        self.last_ready = launched.ready
-        return begin.elapsed_time(launched.ready) / 1e3
 
     def save(self) -> Path | None:
         env = self.env
@@ -562,8 +360,6 @@ class Trainer:
                 evals = read_records(self.metrics.path, "eval")
                 result.first_val_loss = evals[0]["loss"] if evals and evals[0]["step"] == 0 else None
                 result.final_val_loss = evals[-1]["loss"] if evals and evals[-1]["step"] > 0 else None
-            # the generator lives on this frame's stack only, so an error here closes it (and hands the garbage
-            # collector back) as it unwinds, even while the error is still held
             for record in self.steps(cfg.train_iters, bar.advance):
                 self.take_record(record, result, bar, main)
         if main:

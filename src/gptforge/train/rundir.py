@@ -1,4 +1,5 @@
-"""The run directory: where it is by default, its one writer, and the config a resume is compared with.
+"""The run directory: where it is by default, that it can be made, its one writer, and the config a resume is
+compared with.
 
 One writer: an flock on ``RUN/.lock``, held for the whole run, naming its holder. The kernel drops the
 lock when the holder dies (even by SIGKILL), so a stale lock never blocks a resume; the file's text
@@ -7,10 +8,12 @@ lock when the holder dies (even by SIGKILL), so a stale lock never blocks a resu
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,3 +90,18 @@ def config_changes(run_dir: str | os.PathLike, current: dict) -> str | None:
         return None
     return (f"resume: {'these keys differ' if len(changed) > 1 else 'this key differs'} from the run's {CONFIG_NAME}: "
             f"{', '.join(changed)}; the run goes on with the new values (give KEY=VALUE to keep a saved one)")
+
+
+def check_writable(run_dir: Path) -> None:
+    """The run directory can be made: a directory can be created (and is removed again) in its nearest
+    existing ancestor. Permission bits are not enough: root passes them on /proc and read-only mounts."""
+    existing = run_dir.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        os.rmdir(tempfile.mkdtemp(prefix=".gptforge-write-test-", dir=existing))
+    except OSError as err:
+        raise UsageError("--run-dir", f"{run_dir} cannot be created in {existing}: {err.strerror or err}",
+                         "give a --run-dir on a writable file system") from None

@@ -1,10 +1,10 @@
-"""A linear layer whose bias gradient comes out of its weight-gradient GEMM (``qkv-bias-gemm = true``).
+"""A linear layer whose bias gradient comes out of its weight-gradient GEMM (the qkv projection under
+``accel = "hopper"``).
 
 A bias gradient is the column sum of the output's gradient, which nn.Linear's backward computes in a
-pass of its own over that gradient: for GPT-2 124M's qkv projection, 151 MB read a layer for 2304
-numbers. Here the input gets columns of ones beside it in the forward (under torch.compile the
-LayerNorm before it writes them, in the same kernel), so the weight-gradient GEMM's sum over tokens
-takes them along: doutᵀ · [x | 1] is [dW | db]. The forward GEMM reads x as a strided view of the
+pass of its own over that whole gradient for a few thousand numbers. Here the input gets columns of ones
+beside it in the forward (under torch.compile the LayerNorm before it writes them, in the same kernel), so
+the weight-gradient GEMM's sum over tokens takes them along: doutᵀ · [x | 1] is [dW | db]. The forward GEMM reads x as a strided view of the
 wider buffer; the weight gradient computes ONES more columns.
 """
 
@@ -14,9 +14,8 @@ import torch
 from torch import Tensor
 
 ONES = 8  # columns of ones the weight-gradient GEMM reads: a multiple of 16 bytes in bf16
-# The wider buffer's rows are ROW_ALIGN elements apart times n (128 bytes times n in bf16): 776 apart, quack's
-# up-projection GEMM reading the first 768 columns took 276 us where it took 246 on a contiguous input; 832
-# apart, 242 against 240 (BENCHMARKS.md, runs 98-99)
+# The wider buffer's rows are ROW_ALIGN elements apart times n (128 bytes times n in bf16): a GEMM reading a
+# strided view of rows an odd number of 16 bytes apart runs slower (BENCHMARKS.md, section "Levers")
 ROW_ALIGN = 64
 
 
