@@ -94,16 +94,14 @@ class DeviceClock:
 
 
 def test_a_step_is_timed_from_the_end_of_the_one_before_it_when_queued_behind_it_else_from_its_own_start():
-    from types import SimpleNamespace
+    from gptforge.train.steptime import LaunchedStep, StepClock
 
-    from gptforge.train.loop import LaunchedStep, Trainer
-
-    trainer = SimpleNamespace(last_step_done=0.0, last_ready=None)
+    clock = StepClock()
     values = torch.zeros(2)
 
     def finish(start: float, end: float, overlapped: bool) -> float:
         launched = LaunchedStep(1, values, DeviceClock(end), 0.0, 0.0, DeviceClock(start), overlapped)
-        return Trainer.step_seconds(trainer, launched)
+        return clock.seconds(launched)
 
     assert finish(0.0, 30.0, overlapped=False) == pytest.approx(30.0)  # the first step: compilation included
     assert finish(29.0, 30.1, overlapped=True) == pytest.approx(0.1)   # queued while the first one ran

@@ -32,11 +32,15 @@ def _heads(qkv: Tensor, heads: int) -> list[Tensor]:
     return [t.view(batch, seq, heads, width3 // (3 * heads)) for t in qkv.split(width3 // 3, dim=2)]
 
 
+def _cudnn():
+    return torch.ops.aten._scaled_dot_product_cudnn_attention
+
+
 @torch.library.custom_op("gptforge::cudnn_fwd", mutates_args=())
 def cudnn_fwd(qkv: Tensor, heads: int, scale: float) -> tuple[Tensor, Tensor]:
     batch, seq, _ = qkv.shape
     q, k, v = (t.transpose(1, 2) for t in _heads(qkv, heads))
-    out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, True, False, scale=scale)[:2]
+    out, lse = _cudnn()(q, k, v, None, True, 0.0, True, False, scale=scale)[:2]
     # out is (batch, heads, seq, head_dim) laid out as q is, so both of these are views, not copies
     return out.transpose(1, 2).contiguous(), lse.reshape(batch, heads, seq).contiguous()
 
