@@ -30,7 +30,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_timing import cuda_ms, launch_ms, run_gpu_bench  # noqa: E402
 
-from gptforge.accel import import_error  # noqa: E402
+from gptforge.core.installed import import_error  # noqa: E402
 from gptforge.accel.attention import MODULE as FA4_MODULE, cudnn_flash4_attention  # noqa: E402
 
 

@@ -305,7 +305,7 @@ def compare(runner: Runner, config: str, profile: bool) -> dict:
 
 
 def lever_row(runner: Runner, lever: Lever, baseline: dict) -> dict:
-    from gptforge.accel import import_error
+    from gptforge.core.installed import import_error
 
     row = {"lever": lever.name, "overrides": expand(lever.overrides, runner.plan.batch), "env": list(lever.env),
            "prediction": lever.prediction}

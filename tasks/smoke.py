@@ -64,7 +64,7 @@ def hopper_checks() -> list[bool]:
     sm_90 GPU, accel=hopper (the gpt2-124m-hopper config, train-gpt2's here) able to run."""
     import torch
 
-    from gptforge.accel import HOPPER_MODULES, hopper_blocker, sm90
+    from gptforge.accel.hopper import HOPPER_MODULES, hopper_blocker, sm90
     from gptforge.core.installed import dsl_directory, outside_site_packages
 
     results = []

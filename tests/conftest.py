@@ -61,12 +61,12 @@ def sm90_here(monkeypatch):
     """An sm_90 GPU where every Hopper kernel can run: FA4, quack and the CuTe DSL (in site-packages), cuDNN."""
     import torch
 
-    from gptforge import accel
+    from gptforge.accel import hopper
 
-    monkeypatch.setattr(accel, "sm90", lambda device: True)
+    monkeypatch.setattr(hopper, "sm90", lambda device: True)
     monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
-    monkeypatch.setattr(accel, "HOPPER_MODULES", ("json",))
-    monkeypatch.setattr(accel, "dsl_directory", lambda: "/env/lib/python3.12/site-packages/nvidia_cutlass_dsl")
+    monkeypatch.setattr(hopper, "HOPPER_MODULES", ("json",))
+    monkeypatch.setattr(hopper, "dsl_directory", lambda: "/env/lib/python3.12/site-packages/nvidia_cutlass_dsl")
 
 
 # The real CUDA toolkit (the probe and doctor tests)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from conftest import run_cli
 from gpt_pairs import TINY, assert_trains_as_the_default
 from gptforge import accel
-from gptforge.accel import attention
+from gptforge.accel import attention, hopper
 from gptforge.accel.attention import FlashAttention, cudnn_flash4_attention, cudnn_fwd, flash4_bwd
 from gptforge.core.installed import dsl_directory, outside_site_packages
 from gptforge.errors import UsageError
@@ -59,15 +59,15 @@ def test_a_set_that_cannot_run_here_is_a_usage_error_naming_the_fix(choice, says
     ("bf16", 0.0, ("json",), None),
 ])
 def test_on_an_sm90_gpu_hopper_says_what_is_missing(sm90_here, monkeypatch, precision, dropout, modules, says):
-    monkeypatch.setattr(accel, "HOPPER_MODULES", modules)
-    why = accel.hopper_blocker(CPU, precision, dropout)
+    monkeypatch.setattr(hopper, "HOPPER_MODULES", modules)
+    why = hopper.hopper_blocker(CPU, precision, dropout)
     assert why is None if says is None else why.startswith(says)
 
 
 def test_hopper_refuses_a_dsl_outside_site_packages(sm90_here, monkeypatch, tmp_path):
-    monkeypatch.setattr(accel, "dsl_directory", lambda: str(tmp_path / "nvidia_cutlass_dsl"))
+    monkeypatch.setattr(hopper, "dsl_directory", lambda: str(tmp_path / "nvidia_cutlass_dsl"))
     assert f"installed outside a site-packages directory ({tmp_path / 'nvidia_cutlass_dsl'})" in \
-        accel.hopper_blocker(CPU, "bf16", 0.0)
+        hopper.hopper_blocker(CPU, "bf16", 0.0)
 
 
 def test_on_a_cpu_nothing_is_swapped_and_the_optimizer_is_foreach():
@@ -232,7 +232,7 @@ def test_without_gradients_the_epilogue_loss_spans_the_padded_vocabulary_as_in_t
 # ---- on an sm_90 GPU with the hopper environment's packages -------------------------------------------------------
 
 on_hopper = pytest.mark.skipif(not torch.cuda.is_available() or
-                               accel.hopper_blocker(torch.device("cuda"), "bf16", 0.0) is not None,
+                               hopper.hopper_blocker(torch.device("cuda"), "bf16", 0.0) is not None,
                                reason="needs an sm_90 GPU with flash-attn-4, quack-kernels and the CuTe DSL")
 
 

@@ -104,7 +104,7 @@ def test_every_torch_load_in_the_package_is_weights_only():
 
 def test_forced_weights_only_refuses_a_trusting_caller(tmp_path):
     """DeepSpeed calls torch.load(weights_only=False) itself; under force_weights_only that load is safe."""
-    from gptforge.train.engine import force_weights_only
+    from gptforge.train.deepspeed_engine import force_weights_only
 
     marker = tmp_path / "ran"
     torch.save({"x": Payload(f"touch {marker}")}, tmp_path / "mp_rank_00_model_states.pt")

@@ -167,7 +167,7 @@ def test_list_keys_covers_every_field():
 
 
 def test_deepspeed_config_is_completed_from_the_run(tmp_path):
-    from gptforge.train.engine import read_deepspeed_config
+    from gptforge.train.deepspeed_engine import read_deepspeed_config
 
     cfg, _ = load_config("gpt2-124m")
     ds = read_deepspeed_config("zero2", cfg, world_size=2)  # a packaged config, by name

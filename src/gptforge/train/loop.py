@@ -19,7 +19,7 @@ from gptforge.model import GPT
 from gptforge.storage import kill_point, write_atomic
 from gptforge.train import checkpoint, data as datamod, distributed, rundir
 from gptforge.train.config import TrainConfig, validate
-from gptforge.train.engine import DeepSpeedEngine, TorchEngine, read_deepspeed_config
+from gptforge.train.engine import TorchEngine
 from gptforge.train.estimate import estimate
 from gptforge.train.metrics import MetricsLog, plot_losses, read_records
 from gptforge.train.optim import build_optimizer
@@ -77,7 +77,11 @@ class Trainer:
         validate(cfg, self.world)
         device = distributed.pick_device(opts.device, int(os.environ.get("LOCAL_RANK", "0")))
         accel.check(cfg.accel, device, choose(cfg.precision, device).name, cfg.dropout)  # before anything is written
-        self.ds_config = read_deepspeed_config(opts.deepspeed, cfg, self.world) if opts.deepspeed else None
+        self.ds_config = None
+        if opts.deepspeed:
+            from gptforge.train.deepspeed_engine import read_deepspeed_config
+
+            self.ds_config = read_deepspeed_config(opts.deepspeed, cfg, self.world)
         if opts.deepspeed and importlib.util.find_spec("deepspeed") is None:
             raise UsageError("--deepspeed", "DeepSpeed is not installed", "pip install deepspeed, or train without --deepspeed")
         if self.data is None:
@@ -127,6 +131,8 @@ class Trainer:
         self.accum = cfg.global_batch_size // (cfg.micro_batch_size * self.env.world_size)
         optimizer, opt_note = build_optimizer(self.model, cfg, speed.fused_optimizer)
         if self.ds_config is not None:
+            from gptforge.train.deepspeed_engine import DeepSpeedEngine
+
             self.engine = DeepSpeedEngine(self.model, optimizer, cfg, self.ds_config)
             self.notes.append(self.engine.describe())
             self.notes.append("optimizer: " + ("DeepSpeed's, from its config" if "optimizer" in self.ds_config else opt_note))
