@@ -4,6 +4,7 @@ engine with the same small interface as train/engine.py's TorchEngine, and its c
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import pickle
@@ -75,6 +76,8 @@ def read_deepspeed_config(path: str, cfg: TrainConfig, world_size: int) -> dict:
     ds.setdefault("steps_per_print", 10**9)  # the trainer logs; keep DeepSpeed quiet
     if ds.get("bf16", {}).get("enabled") and ds.get("fp16", {}).get("enabled"):
         raise UsageError("--deepspeed", "both bf16 and fp16 are enabled", "enable one")
+    if importlib.util.find_spec("deepspeed") is None:
+        raise UsageError("--deepspeed", "DeepSpeed is not installed", "pip install deepspeed, or train without --deepspeed")
     return ds
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -82,8 +81,6 @@ class Trainer:
             from gptforge.train.deepspeed_engine import read_deepspeed_config
 
             self.ds_config = read_deepspeed_config(opts.deepspeed, cfg, self.world)
-        if opts.deepspeed and importlib.util.find_spec("deepspeed") is None:
-            raise UsageError("--deepspeed", "DeepSpeed is not installed", "pip install deepspeed, or train without --deepspeed")
         if self.data is None:
             datamod.check_data_paths(cfg)
         rundir.check_writable(self.run_dir)
