@@ -23,6 +23,7 @@ CUDA_LIBS = {"cudnn": ("cudnn", "nvidia-cudnn-cu12", "nvidia-cudnn-cu13"),
 
 def store_problems(manifest: Manifest, lock, store: Store) -> list[Problem]:
     """Every conda record is one of the recorded public records (envs/records/), sha256 and all."""
+    store.check_readable()
     stored = store.records()
     out = []
     for env_name, env in lock.environments.items():
@@ -114,4 +115,6 @@ def check(manifest: Manifest, store: Store, root: Path | None = None) -> list[Pr
         out += extra_problems(manifest, env)
         if env.name in lock.environments:
             out += compat_problems(env, doc)
+    if any(env not in lock.environments for env in manifest.environments):
+        return out              # the exports cannot be rendered from a lock that lacks an environment
     return out + export_problems(manifest, doc, root)
