@@ -11,7 +11,8 @@ from pathlib import Path
 
 from gptforge.lock import lockfile, workspace as ws
 from gptforge.lock.pyplatform import wheel_tags
-from gptforge.lock.workspace import DEFAULT_INDEX, vp_parts
+from gptforge.lock.satisfy_platform import customised, verify_platform
+from gptforge.lock.workspace import DEFAULT_INDEX, Unsat, vp_parts
 
 # pixi_manifest solve-strategy / channel-priority values -> rattler_lock's names in `options:`
 STRATEGY = {None: "highest", "highest": "highest", "lowest": "lowest-version", "lowest-direct": "lowest-version-direct"}
@@ -27,13 +28,6 @@ class Problem:
     def line(self) -> str:
         where = f"{self.environment} [{self.platform}]" if self.platform else self.environment
         return f"{where}: {self.message} [{self.code}]"
-
-
-class Unsat(Exception):
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def channel_url(channel) -> str:
@@ -69,7 +63,7 @@ def align_platform_names(lock: lockfile.Lock, workspace: ws.Workspace) -> None:
     manifest_names = {p.name for p in workspace.platforms}
     renames = {}
     for locked in lock.platforms.values():
-        same = [p for p in workspace.platforms if p.subdir == locked.subdir and p.customised() == _customised(locked)]
+        same = [p for p in workspace.platforms if p.subdir == locked.subdir and p.customised() == customised(locked)]
         if len(same) == 1 and same[0].name != locked.name and same[0].name not in lock.platforms \
                 and locked.name not in manifest_names:
             renames[locked.name] = same[0].name
@@ -78,22 +72,6 @@ def align_platform_names(lock: lockfile.Lock, workspace: ws.Workspace) -> None:
         for env in lock.environments.values():
             if old in env.packages:
                 env.packages[new] = env.packages.pop(old)
-
-
-def lock_platform_for(lock: lockfile.Lock, platform: ws.PixiPlatform) -> lockfile.LockPlatform | None:
-    """platform.rs resolve_lock_platform_for: the lock's platform of that name, else the one named
-    after its subdir when that one declares what the platform declares (or nothing)."""
-    if platform.name in lock.platforms:
-        return lock.platforms[platform.name]
-    candidate = lock.platforms.get(platform.subdir)
-    if candidate and (not candidate.virtual_packages or all(v in candidate.virtual_packages for v in platform.declared)):
-        return candidate
-    return None
-
-
-def _customised(locked: lockfile.LockPlatform) -> list[str]:
-    defaults = set(ws.subdir_defaults(locked.subdir))
-    return sorted(v for v in locked.virtual_packages if v not in defaults and f"{v}=0" not in defaults)
 
 
 def verify_environment(env: ws.Environment, locked: lockfile.LockEnvironment, lock: lockfile.Lock) -> None:
@@ -119,10 +97,10 @@ def verify_environment(env: ws.Environment, locked: lockfile.LockEnvironment, lo
         if mine.subdir != have.subdir:
             raise Unsat("platform-definition-changed", f"the workspace platform '{name}' uses subdir '{mine.subdir}' "
                                                        f"but the lock-file was solved with subdir '{have.subdir}'")
-        if mine.customised() != _customised(have):
+        if mine.customised() != customised(have):
             raise Unsat("platform-definition-changed", f"the workspace platform '{name}' declares virtual packages "
                                                        f"[{', '.join(mine.customised())}] but the lock-file was solved "
-                                                       f"with [{', '.join(_customised(have))}]")
+                                                       f"with [{', '.join(customised(have))}]")
 
     options = env.pypi_options()
     if env.pypi_dependencies():
@@ -216,8 +194,6 @@ def _wheel_ok(file_name: str, tags) -> bool:
 
 def check(manifest_path: Path, lock_path: Path | None = None) -> list[Problem]:
     """satisfiability/tests.rs verify_lock_file_satisfiability, environment by environment."""
-    from gptforge.lock.satisfy_platform import verify_platform
-
     workspace = ws.read(Path(manifest_path))
     lock = lockfile.read(Path(lock_path or workspace.root / "pixi.lock"))
     align_platform_names(lock, workspace)

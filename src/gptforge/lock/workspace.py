@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +24,15 @@ FRIENDLY = {"cuda": "__cuda", "archspec": "__archspec", "glibc": "__glibc", "lin
             "macos": "__osx", "osx": "__osx", "windows": "__win"}
 # pixi_manifest/src/system_requirements.rs: [system-requirements] keys as virtual packages
 SYSREQ = {"libc": "__glibc", "cuda": "__cuda", "linux": "__linux", "macos": "__osx"}
+
+
+class Unsat(Exception):
+    """A satisfiability rule failed: `code` is stable, `message` is what pixi would say."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 class Unsupported(GptforgeError):
