@@ -13,6 +13,7 @@ from packaging.version import Version
 from gptforge.compat.arches import CC, Arch, parse_arch, parse_arch_list
 from gptforge.compat.combination import Combination
 from gptforge.compat.facts import Facts, TorchRelease, TorchVariant
+from gptforge.compat.host_libs import parse_glibc, parse_glibcxx
 from gptforge.compat.wheels import PROJECT_FIELDS, WheelBuild, read_wheel
 from gptforge.compat.findings import Finding, Severity
 from gptforge.core.versions import (
@@ -53,6 +54,9 @@ class Context:
     deepspeed: Version | None = None
     transformer_engine: Version | None = None
     flash_attn: Version | None = None
+    glibc: Version | None = None
+    libstdcxx: Version | None = None
+    torch_cudnn: Version | None = None
     arch_env: tuple[list[Arch], list[Arch]] | None = None
     wheels: tuple[WheelBuild, ...] = ()
     prebuilt: frozenset[str] = frozenset()  # fields whose version came from a prebuilt wheel
@@ -168,6 +172,9 @@ def build_context(combo: Combination, facts: Facts) -> Context:
     ctx.transformer_engine = _read(ctx, "transformer_engine", combo.transformer_engine,
                                    lambda v: parse_release(v, "TransformerEngine"))
     ctx.flash_attn = _read(ctx, "flash_attn", combo.flash_attn, lambda v: parse_release(v, "flash-attn"))
+    ctx.glibc = _read(ctx, "glibc", combo.glibc, parse_glibc)
+    ctx.libstdcxx = _read(ctx, "libstdcxx", combo.libstdcxx, parse_glibcxx)
+    ctx.torch_cudnn = _read(ctx, "torch_cudnn", combo.torch_cudnn, parse_cudnn)
     _wheels(ctx)
     ctx.arch_env = _read(ctx, "TORCH_CUDA_ARCH_LIST", _arch_list_env(combo.torch_cuda_arch_list_env, facts),
                          parse_arch_list)

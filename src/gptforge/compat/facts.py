@@ -131,6 +131,7 @@ class Facts:
     cudnn: tuple[CudnnRow, ...] = ()
     extensions: dict = field(default_factory=dict)
     torch_python: dict[str, tuple[Version, ...]] = field(default_factory=dict)
+    torch_glibc: dict[str, Version] = field(default_factory=dict)  # torch version -> its PyPI wheels' glibc floor
 
     # --- drivers -------------------------------------------------------------------------
 
@@ -246,6 +247,7 @@ def _load_torch(facts: Facts) -> None:
                                                    extensions.get(row["version"], CppExtension()))
     python = load_table("torch_python.toml")
     facts.torch_python = {row["version"]: tuple(Version(p) for p in row["python"]) for row in python["wheel"]}
+    facts.torch_glibc = {row["version"]: Version(row["glibc"]) for row in python["wheel"] if "glibc" in row}
 
 
 def _pypi_pins() -> dict[tuple[str, str], dict[str, set[str]]]:

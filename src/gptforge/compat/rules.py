@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from packaging.version import Version
 
-from gptforge.compat import project_envs
+from gptforge.compat import host_rules, project_envs
 from gptforge.compat.arches import CC, Arch, best_cubin, parse_arch, ptx_runs_on, runs_on
 from gptforge.compat.combination import Combination
 from gptforge.compat.context import Context, build_context
@@ -374,7 +374,7 @@ def _cudnn_vs_cuda(ctx: Context) -> Iterator[Finding]:
 
 
 def _cudnn_vs_torch(ctx: Context) -> Iterator[Finding]:
-    bundled = ctx.torch_variant.cudnn if ctx.torch_variant else None
+    bundled = ctx.torch_cudnn or (ctx.torch_variant.cudnn if ctx.torch_variant else None)
     if not bundled:
         if ctx.torch and not ctx.torch_is_cpu:
             yield Finding("not-checked", INFO,
@@ -382,16 +382,17 @@ def _cudnn_vs_torch(ctx: Context) -> Iterator[Finding]:
                           "build bundles", "")
         return
     have, want = ctx.cudnn, bundled
+    torch = f"torch {ctx.torch}" if ctx.torch else "torch"
     if have.major != want.major:
         yield Finding("cudnn-torch-mismatch", E,
-                      f"torch {ctx.torch} was built against cuDNN {want} but cuDNN {have} is loaded "
+                      f"{torch} was built against cuDNN {want} but cuDNN {have} is loaded "
                       "('cuDNN version incompatibility')",
                       f"remove the other cuDNN from LD_LIBRARY_PATH so torch loads its own cuDNN {want}")
     elif have.release[:2] < want.release[:2]:
         # torch refuses an older runtime minor for cuDNN 8 ("compiled against (8, 3, 2) but linked
         # against (8, 0, 3)"); for cuDNN 9 the tables have no such report, so it is only a warning.
         yield Finding("cudnn-torch-mismatch", E if want.major < 9 else W,
-                      f"torch {ctx.torch} ships cuDNN {want}; the older cuDNN {have} is loaded instead",
+                      f"{torch} ships cuDNN {want}; the older cuDNN {have} is loaded instead",
                       "remove the older cuDNN from LD_LIBRARY_PATH")
 
 
@@ -591,6 +592,7 @@ RULES: tuple[Callable[[Context, bool], Iterator[Finding]], ...] = (
     rule_deepspeed,
     rule_torch_cpu_build,
     rule_wheels,
+    *host_rules.RULES,
 )
 
 
