@@ -59,6 +59,7 @@ class Context:
     torch_cudnn: Version | None = None
     arch_env: tuple[list[Arch], list[Arch]] | None = None
     wheels: tuple[WheelBuild, ...] = ()
+    pypi_default: bool = False  # torch_cuda is that of PyPI's wheel of an untagged torch version
     prebuilt: frozenset[str] = frozenset()  # fields whose version came from a prebuilt wheel
     problems: list[Finding] = field(default_factory=list)
 
@@ -156,11 +157,16 @@ def build_context(combo: Combination, facts: Facts) -> Context:
                 f"torch {ctx.torch} is a CUDA {ctx.torch.cuda} build but torch_cuda says {ctx.torch_cuda}; "
                 f"using {ctx.torch.cuda}", "drop one of the two, they must agree"))
         ctx.torch_cuda = ctx.torch.cuda
+    if ctx.torch and ctx.torch_cuda is None and ctx.torch.local is None and ctx.nvcc is None:
+        # an untagged version is the wheel `pip install torch==X` takes from PyPI; beside a CUDA toolkit it may as
+        # well be a conda or locally built torch for that toolkit, so it stays unknown there
+        ctx.torch_cuda = facts.pypi_default_cuda(ctx.torch.version)
+        ctx.pypi_default = ctx.torch_cuda is not None
     if ctx.torch:
         ctx.torch_release = facts.torch_release(ctx.torch.release)
         if ctx.torch_release and ctx.torch_cuda:
             # a +cuXYZ tag is a download.pytorch.org wheel; an untagged version may be any build
-            channel = "pypi" if ctx.torch.cuda else None
+            channel = "pypi" if ctx.torch.cuda or ctx.pypi_default else None
             ctx.torch_variant = ctx.torch_release.variant(ctx.torch_cuda, channel)
     _torch_arches(ctx)
     ctx.python = _read(ctx, "python", combo.python, parse_python)
