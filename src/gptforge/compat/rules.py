@@ -15,7 +15,7 @@ from gptforge.compat import host_rules, project_envs
 from gptforge.compat.arches import CC, Arch, best_cubin, parse_arch, ptx_runs_on, runs_on
 from gptforge.compat.combination import Combination
 from gptforge.compat.context import Context, build_context
-from gptforge.compat.facts import facts, release_row
+from gptforge.compat.facts import facts, load_table, release_row
 from gptforge.compat.findings import Finding, Severity, no_data, unique
 from gptforge.core.versions import CudaVersion, DriverVersion, format_cc, parse_cuda
 from gptforge.compat.wheel_rules import rule_wheels
@@ -144,17 +144,41 @@ def rule_nvcc_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
                           _join(newer, _arch_list_fix(ctx, allow_suffix=False)))
 
 
+def _beyond_torch_cuda(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    """With the build's arch list unknown: a GPU of a newer major than any arch torch's CUDA can target has no
+    kernels in that build, neither torch's nor its CUDA libraries' (cuBLAS, cuDNN)."""
+    targetable = ctx.facts.targetable(ctx.torch_cuda) if ctx.torch_cuda and not ctx.torch_is_cpu else None
+    if not targetable:
+        return
+    top = max(a.cc for a in targetable if not a.suffix)
+    for cc in ctx.ccs:
+        if cc[0] > top[0]:
+            yield Finding("gpu-arch-not-in-torch", E,
+                          f"torch's CUDA {ctx.torch_cuda.release} targets architectures up to sm_{top[0]}{top[1]}, so "
+                          f"this build and its CUDA libraries have no kernels for CC {format_cc(cc)}: 'no kernel image "
+                          "is available for execution on the device'",
+                          _join(_env_hint(ctx, suggest), "install a torch build for a CUDA that targets "
+                                f"sm_{cc[0]}{cc[1]} (see torch's published builds)"))
+
+
 def rule_torch_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
-    if ctx.torch_arches is None and ctx.torch_variant and ctx.ccs and not ctx.torch_is_cpu:
-        yield Finding("not-checked", INFO, f"the GPUs against torch {ctx.torch}: not checked: no data for the arches "
-                      "that build carries", "give them with --torch-arch-list (torch.cuda.get_arch_list())")
-    if ctx.torch_arches is None or ctx.torch_is_cpu:
+    if ctx.torch_arches is None:
+        if ctx.torch_variant and ctx.ccs and not ctx.torch_is_cpu:
+            yield Finding("not-checked", INFO, f"the GPUs against torch {ctx.torch}: not checked: no data for the "
+                          "arches that build carries", "give them with --torch-arch-list (torch.cuda.get_arch_list())")
+        yield from _beyond_torch_cuda(ctx, suggest)
+        return
+    if ctx.torch_is_cpu:
         return
     listed = " ".join(a.sm for a in ctx.torch_arches)
+    # PTX carries a build to newer GPUs when it is of its highest arch (the "+PTX" torch puts on the last one);
+    # 1.x builds' compute_37 beside sm_75 is Kepler's, and only some of their libraries hold it.
+    top = max((a.cc for a in ctx.torch_arches), default=(0, 0))
+    forward = [a for a in ctx.torch_ptx if a.cc >= top]
     for cc in ctx.ccs:
         if any(runs_on(a, cc) for a in ctx.torch_arches):
             continue
-        if any(ptx_runs_on(a, cc) for a in ctx.torch_ptx):
+        if any(ptx_runs_on(a, cc) for a in forward):
             yield Finding("gpu-arch-ptx-jit", INFO,
                           f"torch has no sm_{cc[0]}{cc[1]} kernels; the driver JIT-compiles its PTX at first use",
                           "expect a slow first start; a torch build with this arch avoids it")
@@ -383,7 +407,14 @@ def _cudnn_vs_torch(ctx: Context) -> Iterator[Finding]:
         return
     have, want = ctx.cudnn, bundled
     torch = f"torch {ctx.torch}" if ctx.torch else "torch"
-    if have.major != want.major:
+    check = release_row(load_table("cudnn.toml")["torch_check"], ctx.torch.version) if ctx.torch else None
+    if check and check["minor"] == "equal" and have.release[:2] != want.release[:2]:
+        yield Finding("cudnn-torch-mismatch", E,
+                      f"{torch} accepts only the cuDNN {want.major}.{want.minor} it was built with, not {have}: "
+                      f"'cuDNN version mismatch: PyTorch was compiled against {want} but linked against {have}'",
+                      f"load cuDNN {want.major}.{want.minor} (put it first on LD_LIBRARY_PATH), or use a torch built "
+                      f"against cuDNN {have.major}.{have.minor}")
+    elif have.major != want.major:
         yield Finding("cudnn-torch-mismatch", E,
                       f"{torch} was built against cuDNN {want} but cuDNN {have} is loaded "
                       "('cuDNN version incompatibility')",
