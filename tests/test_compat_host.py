@@ -1,0 +1,170 @@
+"""The host runtimes (glibc, libstdc++), torch's C++ ABI per build, older torch builds, and their laws."""
+
+from __future__ import annotations
+
+import tomllib
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from packaging.version import Version
+
+from gptforge.compat import Combination, check
+from gptforge.compat.facts import facts, load_table
+from gptforge.compat.host_libs import gcc_glibcxx, manylinux_glibc, parse_glibc, parse_glibcxx
+from gptforge.compat import refresh, refresh_extensions
+from gptforge.compat.wheels import parse_wheel_name
+from gptforge.core.versions import VersionError
+
+
+def errors(**fields) -> set[str]:
+    return {f.code for f in check(Combination(**fields)) if f.severity.value == "error"}
+
+
+# --- glibc and libstdc++ ---------------------------------------------------------------------------
+
+
+def test_torch_wheels_from_2_7_need_glibc_2_28():
+    assert errors(torch="2.7.0", glibc="2.17") == {"glibc-too-old"}
+    assert errors(torch="2.7.0", glibc="2.28") == set()
+    assert errors(torch="2.6.0", glibc="2.17") == set()  # PyPI's 2.6.0 is a manylinux1 wheel
+    assert errors(torch="2.6.0+cu126", glibc="2.17") == {"glibc-too-old"}  # the manylinux_2_28 builds
+
+
+def test_wheel_glibc_floor_comes_from_its_tag_or_its_release_runner():
+    assert errors(glibc="2.17", wheels=("transformer_engine_cu12-2.5.0-py3-none-manylinux_2_28_x86_64.whl",)) \
+        == {"glibc-too-old"}
+    flash = "flash_attn-2.5.8+cu122torch2.3cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"  # built on ubuntu-20.04
+    assert errors(glibc="2.27", wheels=(flash,), torch="2.3.0") == {"glibc-too-old"}
+    assert errors(glibc="2.31", wheels=(flash,), torch="2.3.0") == set()
+
+
+def test_libstdcxx_older_than_the_extension_compilers_fails():
+    assert errors(gcc="12", libstdcxx="GLIBCXX_3.4.29") == {"libstdcxx-too-old"}
+    assert errors(gcc="11.4", libstdcxx="3.4.29") == set()
+    assert errors(libstdcxx="3.4.19") == set()  # no compiler given: nothing built, nothing to judge
+
+
+def test_torch_cudnn_given_is_compared_with_the_loaded_one():
+    assert errors(torch_cudnn="8.9.2", cudnn="8.5.0") == {"cudnn-torch-mismatch"}
+    assert errors(torch_cudnn="8.5.0", cudnn="8.9.2") == set()
+    assert errors(torch="0.4.1", torch_cudnn="7.2.1", cudnn="7.3.0") == {"cudnn-torch-mismatch"}  # exact before 1.0
+    assert errors(torch="1.7.1+cu102", torch_cudnn="7.6.5", cudnn="7.6.5") == set()
+
+
+def test_new_flags_reject_bad_values():
+    for bad in ("2", "2.x", "glibc", "2.31.1", ""):
+        try:
+            parse_glibc(bad)
+        except VersionError:
+            continue
+        raise AssertionError(bad)
+    assert parse_glibcxx("GLIBCXX_3.4.30") == parse_glibcxx("3.4.30") == Version("3.4.30")
+
+
+# --- torch's ABI and older builds -------------------------------------------------------------------
+
+
+def test_abi_per_build_and_ngc_source_builds():
+    old = "flash_attn-2.7.4.post1+cu12torch2.7cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"
+    assert errors(torch="2.7.0+cu126", wheels=(old,)) == {"wheel-abi-mismatch"}
+    ngc = "flash_attn-2.5.8+cu122torch2.3cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"
+    assert errors(torch="2.3.0a0+40ec155e58.nv24.3", wheels=(ngc,)) == {"wheel-abi-mismatch"}
+    assert errors(torch="2.3.0a0+40ec155e58.nv24.3", wheels=(ngc.replace("FALSE", "TRUE"),)) == set()
+
+
+def test_abi_rows_agree_with_the_manylinux_tag_of_pypi_wheels():
+    """torch's PyPI wheels use the C++11 ABI exactly when they are manylinux_2_28 builds (glibc >= 2.28)."""
+    from gptforge.compat.facts import release_row
+
+    rows = [r for r in load_table("torch_abi.toml")["abi"] if "cuda" not in r]
+    compared = 0
+    for version, glibc in facts().torch_glibc.items():
+        row = release_row(rows, Version(version))
+        if row is not None and Version(version).major >= 1:
+            compared += 1
+            assert row["cxx11_abi"] == (glibc >= Version("2.28")), (version, glibc)
+    assert compared > 40
+
+
+def test_older_torch_builds_are_judged():
+    assert errors(ccs=((8, 0),), torch="1.10.1+cu102") == {"gpu-arch-not-in-torch"}
+    assert errors(ccs=((8, 6),), torch="1.7.1+cu110") == set()  # sm_80 runs on 8.6
+    assert errors(ccs=((8, 6),), torch="1.5.1+cu101") == {"gpu-arch-not-in-torch"}  # CUDA 10.1 targets up to 7.5
+    assert errors(driver="435.21", torch="1.7.1") == {"driver-too-old"}  # PyPI's 1.7.1 is the CUDA 10.2 build
+    assert errors(ccs=((8, 6),), torch="1.7.1", cuda="11.0", torch_cuda_arch_list_env="8.0") == set()  # build unknown
+    assert errors(ccs=((8, 0),), torch_arch_list=("sm_37", "sm_75", "compute_37")) == {"gpu-arch-not-in-torch"}
+    assert errors(ccs=((12, 1),), torch_arch_list=("sm_90", "sm_120", "compute_120")) == set()
+
+
+# --- the tables made from artifacts ---------------------------------------------------------------------
+
+
+def test_extension_tables_equal_the_refresh_output_of_their_recorded_inputs():
+    for output, make, source in ((refresh_extensions.FLASH_OUTPUT, refresh_extensions.flash_attn_table,
+                                  refresh_extensions.FLASH_INPUT),
+                                 (refresh_extensions.TE_OUTPUT, refresh_extensions.te_table, refresh_extensions.TE_INPUT)):
+        assert output.read_text(encoding="utf-8") == make(source.read_text(encoding="utf-8"))
+    assert refresh.OUTPUT.read_text(encoding="utf-8") == refresh.python_table(refresh.recorded_filenames())
+
+
+def test_te_python_limits_come_from_requires_python():
+    assert errors(transformer_engine="2.4", python="3.13") == {"te-unsupported"}
+    assert errors(transformer_engine="2.9.0", python="3.9") == {"te-unsupported"}
+    assert errors(transformer_engine="2.9.0", python="3.12") == set()
+    rows = tomllib.loads(refresh_extensions.TE_OUTPUT.read_text(encoding="utf-8"))["release"]
+    assert all(row["source"].startswith("https://pypi.org/project/transformer-engine/") for row in rows)
+
+
+# --- laws -----------------------------------------------------------------------------------------------
+
+_versions = st.tuples(st.integers(0, 9), st.integers(0, 20), st.integers(0, 9))
+
+
+@given(major=st.integers(1, 3), minor=st.integers(0, 40))
+def test_manylinux_tag_round_trips_to_its_glibc(major, minor):
+    assert manylinux_glibc(f"manylinux_{major}_{minor}_x86_64") == Version(f"{major}.{minor}")
+    assert parse_glibc(f"{major}.{minor}") == Version(f"{major}.{minor}")
+
+
+@given(version=_versions, cuda=st.sampled_from(["cu118", "cu121", "cu12", "cu11", "cu130", "cu13"]),
+       torch=st.tuples(st.integers(1, 2), st.integers(0, 15)), abi=st.booleans(),
+       python=st.sampled_from(["cp38", "cp310", "cp312", "cp313"]))
+def test_flash_attn_wheel_names_round_trip(version, cuda, torch, abi, python):
+    local = f"{cuda}torch{torch[0]}.{torch[1]}cxx11abi{'TRUE' if abi else 'FALSE'}"
+    name = f"flash_attn-{'.'.join(map(str, version))}+{local}-{python}-{python}-linux_x86_64.whl"
+    build = parse_wheel_name(name)
+    assert build.project == "flash-attn"
+    assert build.version.public == Version(".".join(map(str, version))).public
+    assert build.torch == torch and build.cxx11_abi is abi
+    assert build.cuda_major == int(cuda[2:4])
+    assert {tag.interpreter for tag in build.tags} == {python}
+
+
+@settings(max_examples=40, deadline=None)
+@given(low=st.integers(12, 40), high=st.integers(12, 40),
+       torch=st.sampled_from(["2.5.1", "2.6.0", "2.6.0+cu126", "2.7.0", "2.13.0"]))
+def test_a_newer_glibc_never_adds_an_error(low, high, torch):
+    low, high = sorted((low, high))
+    assert errors(torch=torch, glibc=f"2.{high}") <= errors(torch=torch, glibc=f"2.{low}")
+
+
+@settings(max_examples=40, deadline=None)
+@given(low=st.integers(19, 34), high=st.integers(19, 34), gcc=st.integers(5, 15))
+def test_a_newer_libstdcxx_never_adds_an_error(low, high, gcc):
+    low, high = sorted((low, high))
+    assert errors(gcc=str(gcc), libstdcxx=f"3.4.{high}") <= errors(gcc=str(gcc), libstdcxx=f"3.4.{low}")
+
+
+def test_a_newer_gcc_never_needs_an_older_glibcxx():
+    rows = load_table("host_libs.toml")["glibcxx"]
+    needs = [gcc_glibcxx(Version(row["gcc"])) for row in rows]
+    assert needs == sorted(needs)
+    assert all(gcc_glibcxx(Version(str(major))) <= gcc_glibcxx(Version(f"{major}.4")) for major in range(5, 16))
+
+
+def test_torch_abi_switches_once():
+    """The PyPI builds' ABI goes from pre-C++11 to C++11 once, and never back."""
+    rows = sorted((r for r in load_table("torch_abi.toml")["abi"] if "cuda" not in r),
+                  key=lambda r: Version(r["versions"].split(",")[0].lstrip(">=")))
+    flags = [r["cxx11_abi"] for r in rows]
+    assert flags == sorted(flags) and flags[0] is False and flags[-1] is True
