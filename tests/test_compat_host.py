@@ -168,3 +168,32 @@ def test_torch_abi_switches_once():
                   key=lambda r: Version(r["versions"].split(",")[0].lstrip(">=")))
     flags = [r["cxx11_abi"] for r in rows]
     assert flags == sorted(flags) and flags[0] is False and flags[-1] is True
+
+
+# --- the live machine -------------------------------------------------------------------------------
+
+
+def test_the_probe_reads_this_hosts_glibc_and_libstdcxx():
+    """The probe's glibc is the running one, and the GLIBCXX it reads from the libstdc++ bytes is the
+    newest that file defines: the libstdc++ gcc 4.8.3 and later build against defines at least 3.4.19."""
+    import platform
+
+    from gptforge.probe.host_libs import glibcxx_versions, probe_host
+
+    host = probe_host()
+    name, version = platform.libc_ver()
+    if name == "glibc":
+        assert host["glibc"] == version
+    if host["libstdcxx_path"]:
+        assert host["libstdcxx"] == glibcxx_versions(host["libstdcxx_path"])[-1]
+        assert parse_glibcxx(host["libstdcxx"]) >= Version("3.4.19")
+
+
+def test_glibcxx_versions_are_read_from_the_files_bytes(tmp_path):
+    from gptforge.probe.host_libs import glibcxx_versions
+
+    lib = tmp_path / "libstdc++.so.6"
+    lib.write_bytes(b"\x7fELF junk GLIBCXX_3.4\x00 GLIBCXX_3.4.9\x00 GLIBCXX_3.4.30\x00 GLIBCXX_3.4.28\x00 "
+                    b"GLIBCXX_DEBUG_MESSAGE_LENGTH\x00")
+    assert glibcxx_versions(str(lib)) == ["3.4", "3.4.9", "3.4.28", "3.4.30"]
+    assert glibcxx_versions(str(tmp_path / "absent")) == []
