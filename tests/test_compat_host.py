@@ -36,6 +36,9 @@ def test_wheel_glibc_floor_comes_from_its_tag_or_its_release_runner():
     flash = "flash_attn-2.5.8+cu122torch2.3cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"  # built on ubuntu-20.04
     assert errors(glibc="2.27", wheels=(flash,), torch="2.3.0") == {"glibc-too-old"}
     assert errors(glibc="2.31", wheels=(flash,), torch="2.3.0") == set()
+    newer = "flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"  # ubuntu-22.04: seen to need 2.32
+    assert errors(glibc="2.31", wheels=(newer,)) == {"glibc-too-old"}
+    assert errors(glibc="2.32", wheels=(newer,)) == set()
 
 
 def test_libstdcxx_older_than_the_extension_compilers_fails():

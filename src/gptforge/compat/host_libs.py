@@ -56,6 +56,9 @@ def gcc_glibcxx(gcc: Version) -> Version | None:
     return max(below) if below else None
 
 
-def build_os_glibc(os_name: str) -> Version | None:
-    """The glibc of a CI runner image ("ubuntu-20.04" -> 2.31)."""
-    return next((Version(r["glibc"]) for r in _table()["build_os"] if r["os"] == os_name), None)
+def build_os_glibc(os_name: str, project: str | None = None) -> Version | None:
+    """The glibc a wheel built on a CI runner image needs: what the project's wheels from there were seen to
+    need, else the runner's own glibc ("ubuntu-20.04" -> 2.31)."""
+    seen = [r for r in _table().get("wheel_glibc", []) if r["project"] == project and r["os"] == os_name]
+    rows = seen or [r for r in _table()["build_os"] if r["os"] == os_name]
+    return Version(rows[0]["glibc"]) if rows else None

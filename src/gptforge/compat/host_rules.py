@@ -53,8 +53,8 @@ def _wheel_glibc(build: WheelBuild) -> tuple[Version, str] | None:
     if floors:
         return min(floors), f"its {min(build.tags, key=lambda t: t.platform).platform} tag"
     release = _flash_attn_release(build.version) if build.project == "flash-attn" else None
-    glibc = build_os_glibc(release["os"]) if release else None
-    return (glibc, f"flash-attn {build.version}'s wheels are built on {release['os']}") if glibc else None
+    glibc = build_os_glibc(release["os"], "flash-attn") if release else None
+    return (glibc, f"flash-attn {build.version.public}'s wheels are built on {release['os']}") if glibc else None
 
 
 def _flash_attn_glibc(ctx: Context) -> tuple[Version, str] | None:
@@ -65,7 +65,7 @@ def _flash_attn_glibc(ctx: Context) -> tuple[Version, str] | None:
     python = f"{ctx.python.major}.{ctx.python.minor}" if ctx.python else None
     if ctx.torch.release not in release["torch"] or (python and python not in release["python"]):
         return None
-    glibc = build_os_glibc(release["os"])
+    glibc = build_os_glibc(release["os"], "flash-attn")
     return (glibc, f"flash-attn {ctx.flash_attn}'s prebuilt wheel for torch {ctx.torch.release} is built on "
                    f"{release['os']}") if glibc else None
 
