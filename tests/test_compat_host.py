@@ -110,6 +110,13 @@ def test_extension_tables_equal_the_refresh_output_of_their_recorded_inputs():
     assert refresh.OUTPUT.read_text(encoding="utf-8") == refresh.python_table(refresh.recorded_filenames())
 
 
+def test_te_needs_a_driver_of_its_cuda_not_only_the_minor_compat_floor():
+    """"NVIDIA Driver supporting CUDA 12.1 or later": 12.1's own driver, above CUDA 12's minor-compat floor."""
+    assert errors(transformer_engine="2.5", driver="525.60.13", ccs=((9, 0),)) == {"te-unsupported"}
+    assert errors(transformer_engine="2.5", driver="535.104.05", ccs=((9, 0),)) == set()
+    assert errors(transformer_engine="1.5", driver="520.61.05", ccs=((9, 0),)) == set()  # 1.x: CUDA 11.8's driver
+
+
 def test_te_python_limits_come_from_requires_python():
     assert errors(transformer_engine="2.4", python="3.13") == {"te-unsupported"}
     assert errors(transformer_engine="2.9.0", python="3.9") == {"te-unsupported"}

@@ -530,6 +530,10 @@ def _te_reasons(ctx: Context, row: dict) -> list[str]:
         reasons.append(f"torch {ctx.torch.version} is below {row['torch_min']}")
     if ctx.gcc and "gcc_min" in row and not _at_least(ctx.gcc, Version(row["gcc_min"])):
         reasons.append(f"gcc {ctx.gcc} is below {row['gcc_min']}")
+    driver = ctx.facts.toolkit_driver(parse_cuda(row["driver_cuda"])) if "driver_cuda" in row else None
+    if ctx.driver and driver and ctx.driver < driver:
+        reasons.append(f"driver {ctx.driver} does not support CUDA {row['driver_cuda']} (it needs >= {driver}, "
+                       "beyond minor-version compatibility)")
     return reasons
 
 
