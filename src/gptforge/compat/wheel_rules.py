@@ -56,6 +56,12 @@ def _torch(ctx: Context, build: WheelBuild) -> Iterator[Finding]:
                       f"{build.origin} was built for torch {built}, not torch {have}: {_UNDEFINED}",
                       f"install the {build.project} wheel built for torch {have.major}.{have.minor} "
                       f"(torch{have.major}.{have.minor} in its name), or build it from source against this torch")
+    elif build.torch and is_source_build(ctx.torch):
+        yield Finding("wheel-torch-mismatch", E,
+                      f"{build.origin} was built against a released torch {build.torch[0]}.{build.torch[1]}, not the "
+                      f"source build torch {ctx.torch} (e.g. an NGC container's): {_UNDEFINED}",
+                      f"build {build.project} from source against this torch (pip install --no-build-isolation "
+                      f"--no-binary {build.project} {build.project}), or use a released torch")
     elif build.torch_pin and not SpecifierSet(build.torch_pin).contains(have.public, prereleases=True):
         yield Finding("wheel-torch-mismatch", E,
                       f"{build.origin} requires torch{build.torch_pin}, not torch {have}",
