@@ -96,6 +96,7 @@ def test_older_torch_builds_are_judged():
     assert errors(ccs=((8, 6),), torch="1.5.1+cu101") == {"gpu-arch-not-in-torch"}  # CUDA 10.1 targets up to 7.5
     assert errors(driver="435.21", torch="1.7.1") == {"driver-too-old"}  # PyPI's 1.7.1 is the CUDA 10.2 build
     assert errors(ccs=((8, 6),), torch="1.7.1", cuda="11.0", torch_cuda_arch_list_env="8.0") == set()  # build unknown
+    assert errors(ccs=((8, 0),), torch="1.6.0") == {"gpu-arch-not-in-torch"}  # no arch list: CUDA 10.2 tops at 7.5
     assert errors(ccs=((8, 0),), torch_arch_list=("sm_37", "sm_75", "compute_37")) == {"gpu-arch-not-in-torch"}
     assert errors(ccs=((12, 1),), torch_arch_list=("sm_90", "sm_120", "compute_120")) == set()
 
