@@ -13,7 +13,7 @@ from gptforge.compat.facts import facts, load_table
 from gptforge.compat.host_libs import gcc_glibcxx, manylinux_glibc, parse_glibc, parse_glibcxx
 from gptforge.compat import refresh, refresh_extensions
 from gptforge.compat.wheels import parse_wheel_name
-from gptforge.core.versions import VersionError
+from gptforge.core.versions import VersionError, parse_cuda
 
 
 def errors(**fields) -> set[str]:
@@ -110,6 +110,18 @@ def test_extension_tables_equal_the_refresh_output_of_their_recorded_inputs():
                                  (refresh_extensions.TE_OUTPUT, refresh_extensions.te_table, refresh_extensions.TE_INPUT)):
         assert output.read_text(encoding="utf-8") == make(source.read_text(encoding="utf-8"))
     assert refresh.OUTPUT.read_text(encoding="utf-8") == refresh.python_table(refresh.recorded_filenames())
+
+
+def test_a_plain_cuda_program_on_a_minor_compat_driver_needs_its_ptx_jit_compiled():
+    """nvbandwidth builds with CMake's default arch (nvcc's: sm_75 for 13.x): on an H100 with a 13.0 driver, the
+    13.2 PTX cannot be JIT-compiled. A torch extension builds the GPU's own arch, so there it stays a warning."""
+    plain = dict(ccs=((9, 0),), driver="580.126.09", cuda="13.2")
+    assert errors(**plain) == {"ptx-newer-than-driver"}
+    own = str(facts().toolkit_driver(parse_cuda("13.2")))
+    assert errors(**{**plain, "driver": own}) == set()
+    assert errors(**plain, torch="2.11.0+cu130") == set()
+    assert errors(**plain, torch_cuda_arch_list_env="9.0") == set()
+    assert errors(ccs=((7, 5),), driver="580.126.09", cuda="13.2") == set()  # sm_75 SASS runs on it
 
 
 def test_te_needs_a_driver_of_its_cuda_not_only_the_minor_compat_floor():

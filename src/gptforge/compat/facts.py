@@ -126,6 +126,7 @@ class Facts:
     known_arches: tuple[Arch, ...] = ()
     renames: dict[Arch, tuple[Arch, tuple[int, int]]] = field(default_factory=dict)
     torch_named_arches: tuple[tuple[str, str], ...] = ()
+    nvcc_default_arch: dict[tuple[int, int], Arch] = field(default_factory=dict)
     torch: dict[str, TorchRelease] = field(default_factory=dict)
     cxx_gcc_min: dict[int, Version] = field(default_factory=dict)
     cxx_nvcc_min: dict[int, CudaVersion] = field(default_factory=dict)
@@ -214,6 +215,9 @@ def _load_arches(facts: Facts) -> None:
     facts.torch_named_arches = tuple((name, arches) for name, arches in table["torch_named_arches"]["names"])
     for old, rename in table.get("renames", {}).items():
         facts.renames[parse_arch(old)] = (parse_arch(rename["to"]), _cuda_key(parse_cuda(rename["since"])))
+    for row in table.get("nvcc_default_arch", []):
+        for cuda in row["cuda"]:
+            facts.nvcc_default_arch[_cuda_key(parse_cuda(cuda))] = parse_arch(row["arch"])
     for row in table["nvcc"]:
         arches = tuple(parse_arch(a) for a in row["arches"].split())
         for cuda in row["cuda"]:

@@ -80,6 +80,15 @@ def rule_driver(ctx: Context, suggest: bool) -> Iterator[Finding]:
                    else f"CUDA {cuda.release} needs driver >= {floor} (no minor-version compatibility)")
             yield Finding("driver-too-old", E, f"driver {ctx.driver} is too old for {who}: {why}",
                           _join(_env_hint(ctx, suggest), f"upgrade the NVIDIA driver to >= {floor}"))
+        elif toolkit and ctx.driver < toolkit and (jit := _needs_ptx_jit(ctx, cuda)):
+            yield Finding("ptx-newer-than-driver", E,
+                          f"driver {ctx.driver} runs {who} only through minor-version compatibility (the toolkit's "
+                          f"own driver is {toolkit}), and a CUDA program nvcc builds with its default arch "
+                          f"({jit[0].sm}) reaches CC {format_cc(jit[1])} only through PTX, which this driver cannot "
+                          "JIT-compile: 'the provided PTX was compiled with an unsupported toolchain' "
+                          "(cudaErrorUnsupportedPtxVersion)",
+                          f"upgrade the driver to >= {toolkit}, or build SASS for the GPU "
+                          f"(-arch=sm_{jit[1][0]}{jit[1][1]}, CMAKE_CUDA_ARCHITECTURES={jit[1][0]}{jit[1][1]})")
         elif toolkit and ctx.driver < toolkit:
             yield Finding(
                 "ptx-newer-than-driver", W,
@@ -87,6 +96,16 @@ def rule_driver(ctx: Context, suggest: bool) -> Iterator[Finding]:
                 f"driver is {toolkit}): PTX from this toolkit cannot be JIT-compiled "
                 "('the provided PTX was compiled with an unsupported toolchain')",
                 f"build SASS for every GPU (TORCH_CUDA_ARCH_LIST without +PTX), or upgrade the driver to >= {toolkit}")
+
+
+def _needs_ptx_jit(ctx: Context, cuda: CudaVersion) -> tuple[Arch, CC] | None:
+    """A plain CUDA program (no torch: nothing sets its arches) built by this nvcc with its default arch, and
+    the first GPU that SASS does not run on: that GPU needs the PTX JIT-compiled."""
+    if ctx.torch is not None or ctx.nvcc is None or cuda.release != ctx.nvcc.release or ctx.arch_env is not None:
+        return None
+    default = ctx.facts.nvcc_default_arch.get((cuda.major, cuda.minor))
+    missed = [cc for cc in ctx.ccs if default and not runs_on(default, cc)]
+    return (default, missed[0]) if missed else None
 
 
 def rule_gpu_newer_than_driver(ctx: Context, suggest: bool) -> Iterator[Finding]:
