@@ -78,9 +78,13 @@ def test_on_a_cpu_nothing_is_swapped_and_the_optimizer_is_foreach():
     assert (plan.compile_options, plan.cuda_graphs, plan.fused_optimizer, plan.notes) == ({}, False, False, [])
 
 
-def test_on_an_sm90_gpu_without_hopper_the_log_suggests_it(sm90_here):
-    (note,) = accel.accelerate(GPT(TINY), "triton", CPU, "bf16", compiled=True).notes
-    assert "accel=hopper (the gpt2-124m-hopper config) trains faster" in note
+def test_on_an_sm90_gpu_without_hopper_the_log_suggests_it(sm90_here, monkeypatch):
+    from gptforge.accel import xent_kernel
+
+    monkeypatch.setattr(xent_kernel, "use_kernel", lambda: True)  # nothing runs on the device here
+    notes = accel.accelerate(GPT(TINY), "triton", torch.device("cuda", 0), "bf16", compiled=True).notes
+    assert notes[0] == "loss: the Triton cross-entropy kernel"
+    assert "accel=hopper (the gpt2-124m-hopper config) trains faster" in notes[1] and len(notes) == 2
 
 
 def test_the_trainer_stops_before_making_the_run_directory(tmp_path):

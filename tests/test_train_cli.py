@@ -90,7 +90,7 @@ def test_list_keys_and_configs(cli):
     big = cli("train", "--config", "gpt2-124m", "--list-keys", "lr=1e-4")
     assert "global-batch-size = 512 " in big.stdout and "lr = 0.0001 " in big.stdout
     configs = cli("train", "--list-configs")
-    assert configs.stdout.split() == ["gpt2-1.5b", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-tiny"]
+    assert configs.stdout.split() == ["gpt2-1.5b", "gpt2-124m", "gpt2-124m-hopper", "gpt2-350m", "gpt2-774m", "gpt2-tiny"]
 
 
 def test_a_ten_step_smoke_run_just_works(tmp_path, cache):

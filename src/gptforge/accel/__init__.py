@@ -37,6 +37,8 @@ class Plan:
 
 def check(choice: str, device: torch.device, precision: str, dropout: float) -> None:
     """Raise a UsageError naming the fix when CHOICE cannot run on DEVICE."""
+    if choice not in ("hopper", "te-fp8"):
+        return
     from gptforge.accel.hopper import hopper_blocker, te_blocker
 
     why = hopper_blocker(device, precision, dropout) if choice == "hopper" else \
@@ -64,7 +66,7 @@ def accelerate(model: torch.nn.Module, choice: str, device: torch.device, precis
         from gptforge.accel.te import use_te_fp8
 
         plan.notes.append(f"TransformerEngine: {use_te_fp8(model)} Linear layers in FP8 (HYBRID, delayed scaling)")
-    else:
+    elif device.type == "cuda":
         from gptforge.accel.hopper import WHERE_HOPPER_IS, sm90
 
         if sm90(device):

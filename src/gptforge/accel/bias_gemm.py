@@ -4,8 +4,8 @@
 A bias gradient is the column sum of the output's gradient, which nn.Linear's backward computes in a
 pass of its own over that whole gradient for a few thousand numbers. Here the input gets columns of ones
 beside it in the forward (under torch.compile the LayerNorm before it writes them, in the same kernel), so
-the weight-gradient GEMM's sum over tokens takes them along: doutᵀ · [x | 1] is [dW | db]. The forward GEMM reads x as a strided view of the
-wider buffer; the weight gradient computes ONES more columns.
+the weight-gradient GEMM's sum over tokens takes them along: doutᵀ · [x | 1] is [dW | db]. The forward GEMM
+reads x as a strided view of the wider buffer; the weight gradient computes ONES more columns.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ def register(subparsers, groups) -> None:
     p = subparsers.add_parser("train", help=TRAIN_HELP, description=TRAIN_HELP, epilog=TRAIN_EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter, intermixed=True)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. lr=3e-4 train-iters=200")
-    p.add_argument("--config", default="gpt2-tiny", help="packaged config name (gpt2-tiny, gpt2-124m, gpt2-350m, "
-                   "gpt2-774m, gpt2-1.5b) or a .toml path (default: gpt2-tiny)")
+    p.add_argument("--config", default="gpt2-tiny", help="packaged config name (gpt2-tiny, gpt2-124m, "
+                   "gpt2-124m-hopper, gpt2-350m, gpt2-774m, gpt2-1.5b) or a .toml path (default: gpt2-tiny)")
     p.add_argument("--run-dir", type=Path, help="where logs, checkpoints and the plot go "
                    "(default: runs/CONFIG-TIMESTAMP; runs/CONFIG under a distributed launcher)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in the run "

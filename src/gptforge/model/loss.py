@@ -1,8 +1,8 @@
 """Output layer + cross-entropy in chunks of tokens, never holding the full logits tensor.
 
 The plain way computes logits = h @ W^T for every token: (B*T, V) in the autocast dtype, a float32 copy
-for the softmax, and a gradient of the same size in the backward pass (batch 32 x 1024 with V = 50304:
-3.3 GB + 6.6 GB + 3.3 GB). Here each chunk's logits live only while that chunk's loss and its gradients
+for the softmax, and a gradient of the same size in the backward pass (gigabytes each at GPT-2's batch and
+vocabulary). Here each chunk's logits live only while that chunk's loss and its gradients
 with respect to h and W are computed, all in the forward pass; the backward only scales the stored
 gradients by the incoming one. The matmuls are the plain way's (same FLOPs), the logits are rounded to the
 compute dtype as autocast rounds them, and the softmax runs in float32, so the loss and gradients agree with
