@@ -23,7 +23,9 @@ def load_model(ckpt: Path, device: torch.device) -> tuple[GPT, dict]:
                             "sample from a ZeRO-1/2 or torch checkpoint, or consolidate with DeepSpeed's zero_to_fp32.py")
     model = GPT(ModelConfig(**state["model_config"]))
     try:
-        model.load_state_dict(checkpoint.load_verified(ckpt, "model.pt"))
+        saved = checkpoint.load_verified(ckpt, "model.pt")
+        # TransformerEngine's FP8 scaling state (accel=te-fp8) is no weight: the plain model samples without it
+        model.load_state_dict({name: t for name, t in saved.items() if not name.endswith("._extra_state")})
     except RuntimeError as err:  # tensors of another shape than trainer.pt describes
         raise GptforgeError(f"{weights} does not fit the model in {checkpoint.TRAINER_FILE}: {str(err).splitlines()[0]}",
                             "the checkpoint is damaged; use an older one") from None
