@@ -22,12 +22,14 @@ import os
 import random
 import re
 import shutil
+import stat
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from gptforge.errors import GptforgeError, UsageError
+from gptforge.errors import FileReadError, GptforgeError, UsageError
+from gptforge.reading import read_json
 from gptforge.storage import kill_point, publish_dir, write_atomic, writing
 
 PREFIX = "step_"
@@ -76,12 +78,13 @@ def verify(ckpt: Path, names: list[str] | None = None) -> None:
     """Check ``names`` (default: every listed file) against checksums.json; a mismatch names the file."""
     listing_path = ckpt / CHECKSUMS_FILE
     try:
-        listing = json.loads(listing_path.read_text())["files"]
-        assert isinstance(listing, dict)
-    except FileNotFoundError:
-        raise GptforgeError(f"{listing_path} is missing, so {ckpt.name} cannot be checked", DAMAGED) from None
-    except (OSError, ValueError, KeyError, TypeError, AssertionError):
-        raise GptforgeError(f"{listing_path} is not a checksum list", DAMAGED) from None
+        listing = read_json(listing_path, expect=dict, fix=DAMAGED).get("files")
+    except FileReadError as err:
+        if err.code == "missing":
+            raise GptforgeError(f"{listing_path} is missing, so {ckpt.name} cannot be checked", DAMAGED) from None
+        raise
+    if not isinstance(listing, dict) or not all(isinstance(v, str) for v in listing.values()):
+        raise GptforgeError(f"{listing_path} is not a checksum list", DAMAGED)
     for name in names if names is not None else listing:
         path = ckpt / name
         if name not in listing:
@@ -100,8 +103,7 @@ def begin(root: Path, step: int) -> Path:
     """Rank 0: an empty staging directory for the checkpoint of ``step``."""
     root.mkdir(parents=True, exist_ok=True)
     tmp = staging_dir(root, step)
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    remove_leftover(tmp)
     tmp.mkdir()
     return tmp
 
@@ -119,15 +121,34 @@ def commit(root: Path, step: int, keep_last: int) -> Path:
 
 
 def complete_checkpoints(root: Path) -> list[Path]:
-    if not root.is_dir():
+    """The checkpoints under ``root``, oldest first: real directories named step_N holding trainer.pt. A link
+    named like one is not ours (it would be loaded, and pruning would delete what it points at)."""
+    if not root.is_dir() or root.is_symlink():
         return []
-    found = [p for p in root.iterdir() if STEP_DIR.fullmatch(p.name) and p.is_dir() and (p / TRAINER_FILE).is_file()]
+    found = [p for p in root.iterdir() if STEP_DIR.fullmatch(p.name) and _real_dir(p) and (p / TRAINER_FILE).is_file()]
     return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
+
+
+def _real_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def remove_leftover(path: Path) -> None:
+    """Remove a name a killed save or prune left behind: a directory's tree, a file, or a link itself (never
+    what it points at)."""
+    if _real_dir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        path.unlink(missing_ok=True)
 
 
 def prune(root: Path, keep_last: int) -> None:
     for old in complete_checkpoints(root)[:-keep_last]:
         trash = root / f".trash-{old.name}"
+        remove_leftover(trash)
         os.replace(old, trash)
         shutil.rmtree(trash, ignore_errors=True)
 
@@ -137,7 +158,7 @@ def clean_staging(root: Path) -> None:
     if root.is_dir():
         for p in root.iterdir():
             if p.name.startswith((".tmp-", ".trash-", ".latest.tmp-")):  # .latest.tmp-: write_atomic's temp
-                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+                remove_leftover(p)
 
 
 def latest(root: Path) -> Path | None:
