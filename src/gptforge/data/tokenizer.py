@@ -21,8 +21,9 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from gptforge.core.dataspec import TOKENIZER_KINDS
-from gptforge.errors import GptforgeError, UsageError
+from gptforge.errors import FileReadError, GptforgeError, UsageError
 from gptforge.paths import not_a_file
+from gptforge.reading import read_json
 from gptforge.storage import publish_dir, write_failed, writing
 
 EOD_TOKEN = "<|endoftext|>"
@@ -131,12 +132,9 @@ def _word_start(text: str, start: int, end: int) -> int:
 
 def _read_vocab(path: Path) -> dict[str, int]:
     try:
-        vocab = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise TokenizerError(f"{path} is not a JSON vocabulary: {err}") from None
-    if not isinstance(vocab, dict):
-        raise TokenizerError(f"{path} is not a JSON object of token -> id")
-    return vocab
+        return read_json(path, max_depth=1, expect=dict, fix="give a vocab.json of token -> id (GPT-2's, or one gptforge prepare wrote)")
+    except FileReadError as err:
+        raise TokenizerError(err.message, err.fix) from None
 
 
 def _hf_tokenizer(vocab_file: Path, merge_file: Path):

@@ -14,6 +14,7 @@ file is read, so damage is named instead of resumed from.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -31,6 +32,7 @@ import torch
 from gptforge.errors import FileReadError, GptforgeError, UsageError
 from gptforge.reading import read_json
 from gptforge.storage import kill_point, publish_dir, write_atomic, writing
+from gptforge.train import sizes
 
 PREFIX = "step_"
 TRAINER_FILE = "trainer.pt"
@@ -223,7 +225,12 @@ def _trainer_state_problem(state) -> str | None:
     if state["step"] < 0 or state["consumed_samples"] < 0:
         return "a negative step or sample count"
     return (_fields_problem(state["model_config"], ModelConfig, "model_config")
-            or _fields_problem(state["tokenizer"], TokenizerSpec, "tokenizer"))
+            or _fields_problem(state["tokenizer"], TokenizerSpec, "tokenizer")
+            or _prefixed("model_config", sizes.model_problem(state["model_config"])))
+
+
+def _prefixed(name: str, problem: str | None) -> str | None:
+    return f"{name}: {problem}" if problem else None
 
 
 def _fields_problem(values: dict, cls, name: str) -> str | None:
@@ -269,12 +276,29 @@ def capture_rng() -> dict:
 
 
 def restore_rng(state: dict) -> None:
-    random.setstate(state["python"])
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch_cpu"])
-    if "torch_cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["torch_cuda"])
+    with state_errors("the checkpoint's RNG state (rng_rank<R>.pt)"):
+        random.setstate(state["python"])
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+        torch.set_rng_state(state["torch_cpu"])
+        if "torch_cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["torch_cuda"])
+
+
+@contextlib.contextmanager
+def state_errors(where: Path | str):
+    """A saved state that loads (plain values and tensors) but does not fit what it is loaded into, wrong
+    shapes, an empty optimizer state, a scheduler or RNG state of garbage, is one line naming it."""
+    try:
+        yield
+    except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+        if "can't allocate memory" in str(err):
+            raise
+        lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()] or [""]
+        first_line = " ".join(lines[:2] if lines[0].endswith(":") else lines[:1])[:200]  # torch: "Error(s) in ...:"
+        raise GptforgeError(f"{where}: the saved state does not fit this run ({type(err).__name__}: {first_line})",
+                            "the checkpoint is damaged or not this run's; resume from an older one, or start a new "
+                            "--run-dir") from None
 
 
 def write_rank_files(tmp: Path, rank: int, rng_state: dict) -> None:
