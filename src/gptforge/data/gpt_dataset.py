@@ -241,7 +241,8 @@ def build_gpt_datasets(
     if weights is None:
         weights = [float(d.num_tokens) for d in datasets]
     if any(w < 0 for w in weights) or sum(weights) <= 0:
-        raise UsageError("--data-path", f"weights {list(weights)} must be >= 0 and not all 0")
+        raise UsageError("--data-path", f"weights {list(weights)} must be >= 0 and not all 0",
+                         "give each prefix a weight >= 0, e.g. data-path='0.7 a_text 0.3 b_text'")
     normalised = [w / sum(weights) for w in weights]
     splits = [split_ranges(len(d), split) for d in datasets]
     out = []

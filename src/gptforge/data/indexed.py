@@ -47,6 +47,10 @@ CODE_BY_DTYPE = {np.dtype(t): c for c, t in DTYPE_BY_CODE.items()}
 class IndexedDatasetError(GptforgeError):
     """A .bin/.idx pair is missing, truncated or inconsistent."""
 
+    def __init__(self, message: str, fix: str | None = None):
+        super().__init__(message, fix or "the pair is damaged or was not written by gptforge prepare (nor Megatron): "
+                                         "`gptforge data inspect PREFIX` names the defect; re-run gptforge prepare")
+
 
 def optimal_dtype(vocab_size: int) -> np.dtype:
     """Token dtype for a vocabulary, chosen like Megatron's ``DType.optimal_dtype``."""

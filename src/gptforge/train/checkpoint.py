@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import pickle
 import os
 import random
 import re
@@ -186,11 +185,20 @@ def load_file(path: Path):
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch.load raises whatever its unpickler meets in a damaged file
-        if isinstance(err, pickle.UnpicklingError) and "Unsupported global" in str(err):
+        if unsafe_globals(path):
             raise GptforgeError(f"refused to read {path}: it holds Python objects other than tensors and plain "
                                 "values (loading them could run code)", "use a checkpoint you trust, written by gptforge") from None
         first_line = (str(err).strip().splitlines() or [""])[0][:120]
         raise GptforgeError(f"cannot read {path}: {type(err).__name__}: {first_line}", DAMAGED) from None
+
+
+def unsafe_globals(path: Path) -> list[str]:
+    """The names a file would import on unpickling beyond tensors and plain values, read from its opcodes
+    without running any (so the refusal does not hang on the wording of one torch release's message)."""
+    try:
+        return torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # not a torch zip file at all: damaged, not a payload
+        return []
 
 
 def read_trainer_state(ckpt: Path) -> dict:
