@@ -40,10 +40,11 @@ def run_cli(*args: str, env: dict | None = None, cwd: str | os.PathLike | None =
     )
 
 
-def main_one_line(*args: str, expect: int, stream: str = "stderr") -> tuple[int, str]:
+def main_one_line(*args: str, expect: int, stream: str = "stderr", last_line: bool = False) -> tuple[int, str]:
     """Run ``gptforge ARGS`` in this process (no interpreter start-up: hostile-input cases stay fast); an uncaught
     exception fails the test with its traceback. For a failure (``expect`` != 0) stderr must be one line, which
-    is returned; ``stream="stdout"`` returns stdout instead (a --json report)."""
+    is returned (``last_line``: notes may come before it); ``stream="stdout"`` returns stdout instead (a --json
+    report)."""
     import contextlib
     import io
 
@@ -61,8 +62,8 @@ def main_one_line(*args: str, expect: int, stream: str = "stderr") -> tuple[int,
     if expect == 0:
         return code, err.getvalue()
     lines = err.getvalue().strip("\n").split("\n")
-    assert len(lines) == 1 and lines[0].startswith("gptforge: "), err.getvalue()[-3000:]
-    return code, lines[0]
+    assert (last_line or len(lines) == 1) and lines[-1].startswith("gptforge: "), err.getvalue()[-3000:]
+    return code, lines[-1]
 
 
 def pooled_parity(results: str, a_keys: str, pattern: str = "*.json") -> dict:
