@@ -62,7 +62,7 @@ def main_one_line(*args: str, expect: int, stream: str = "stderr", last_line: bo
     if expect == 0:
         return code, err.getvalue()
     lines = err.getvalue().strip("\n").split("\n")
-    assert (last_line or len(lines) == 1) and lines[-1].startswith("gptforge: "), err.getvalue()[-3000:]
+    assert (last_line or len(lines) == 1) and lines[-1].startswith("gptforge"), err.getvalue()[-3000:]
     return code, lines[-1]
 
 

@@ -147,10 +147,15 @@ def _word_start(text: str, start: int, end: int) -> int:
 
 
 def _read_vocab(path: Path) -> dict[str, int]:
+    fix = "give a vocab.json of token -> id (GPT-2's, or one gptforge prepare wrote)"
     try:
-        return read_json(path, max_depth=1, expect=dict, fix="give a vocab.json of token -> id (GPT-2's, or one gptforge prepare wrote)")
+        vocab = read_json(path, max_depth=1, expect=dict, fix=fix)
     except FileReadError as err:
         raise TokenizerError(err.message, err.fix) from None
+    bad = next((token for token, i in vocab.items() if isinstance(i, bool) or not isinstance(i, int) or i < 0), None)
+    if bad is not None:
+        raise TokenizerError(f"{path}: token {bad!r} maps to {vocab[bad]!r}, not a token id", fix)
+    return vocab
 
 
 def _hf_tokenizer(vocab_file: Path, merge_file: Path):
@@ -169,9 +174,6 @@ BPE_FIX = "give the vocab.json and merges.txt of one tokenizer, e.g. those gptfo
 def _bpe_problem(vocab_file: Path, merge_file: Path) -> str:
     """What is wrong with a pair of BPE files the library refused, in our words."""
     vocab = _read_vocab(vocab_file)
-    bad = next((token for token, i in vocab.items() if isinstance(i, bool) or not isinstance(i, int) or i < 0), None)
-    if bad is not None:
-        return f"token {bad!r} of {vocab_file.name} maps to {vocab[bad]!r}, not a token id"
     if len(set(vocab.values())) != len(vocab):
         return f"two tokens of {vocab_file.name} share one id"
     for number, line in enumerate(read_text(merge_file, fix=BPE_FIX).splitlines(), 1):
