@@ -245,7 +245,7 @@ class Trainer:
         self.world = distributed.env_world_size()
         validate(cfg, self.world)
         device = distributed.pick_device(opts.device, int(os.environ.get("LOCAL_RANK", "0")))
-        sizes.check_run(cfg, device, self.world)  # before anything is built: a size far out of range is one line
+        sizes.check_run(cfg, device, self.world, deepspeed=bool(opts.deepspeed))  # a size far out of range: one line
         self.cfg, hopper_note = apply_hopper_keys(cfg, device, bool(opts.deepspeed))  # before anything is written
         cfg = self.cfg
         self.notes += [hopper_note] if hopper_note else []
@@ -295,7 +295,8 @@ class Trainer:
         precision = choose(cfg.precision, self.device)
         backend = resolve_backend(cfg.apex_layernorm, cfg.transformer_engine, cfg.attention_backend,
                                   cfg.loss_chunk_tokens if cfg.fused_loss else 0)
-        sizes.check_run(cfg, self.device, self.env.world_size, mcfg.padded_vocab_size, backend.loss_chunk)
+        sizes.check_run(cfg, self.device, self.env.world_size, mcfg.padded_vocab_size, backend.loss_chunk,
+                        deepspeed=self.ds_config is not None)
         self.notes += backend.notes
         self.notes += [note for note in (use_flash4(backend, self.device, cfg.dropout),
                                          use_gelu_epilogue(backend, self.device, cfg.gelu_epilogue, cfg.float8),

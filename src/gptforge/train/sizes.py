@@ -31,17 +31,20 @@ SIZE_KEYS = ("num-layers", "hidden-size", "max-position-embeddings", "micro-batc
 
 def training_bytes(sizes: dict, *, vocab_size: int, logit_tokens: int, world_size: int) -> int:
     """At least what one rank needs to train: ``sizes`` holds SIZE_KEYS; ``logit_tokens``: how many tokens'
-    logits exist at once (0: the whole micro batch's)."""
+    logits exist at once (0: the whole micro batch's); ``world_size`` 0: the parameters and their optimizer
+    state may leave the device altogether (DeepSpeed can offload them)."""
     h, layers, tokens = sizes["hidden-size"], sizes["num-layers"], sizes["micro-batch-size"] * sizes["seq-length"]
     params = parameters(layers, h, sizes["max-position-embeddings"], vocab_size)
     logits = min(logit_tokens, tokens) if logit_tokens else tokens
-    return OPTIMIZER_BYTES * params // world_size + ACTIVATION_BYTES * tokens * h * layers + LOGIT_BYTES * logits * vocab_size
+    on_device = OPTIMIZER_BYTES * params // world_size if world_size else 0
+    return on_device + ACTIVATION_BYTES * tokens * h * layers + LOGIT_BYTES * logits * vocab_size
 
 
-def check_run(cfg, device, world_size: int, vocab_size: int = 0, logit_tokens: int = 0) -> None:
+def check_run(cfg, device, world_size: int, vocab_size: int = 0, logit_tokens: int = 0, *, deepspeed: bool) -> None:
     """``check_training_fits`` for a run's config; before the data is read the vocabulary is not known (0)."""
     sizes = {key: getattr(cfg, key.replace("-", "_")) for key in SIZE_KEYS}
-    check_training_fits(sizes, device, vocab_size=vocab_size, logit_tokens=logit_tokens, world_size=world_size)
+    check_training_fits(sizes, device, vocab_size=vocab_size, logit_tokens=logit_tokens,
+                        world_size=0 if deepspeed else world_size)
 
 
 def memory_bytes(device) -> tuple[int, str]:
