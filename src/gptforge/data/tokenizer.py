@@ -34,7 +34,7 @@ TRAINED_FILES = (VOCAB_NAME, MERGES_NAME, "tokenizer_meta.json", "tokenizer_conf
 PIECE_CHARS = 1 << 20  # longer documents are tokenized piece by piece (see ``pieces``)
 # BPE's time (training and encoding) grows with the square of a word's length: a megabyte without a space took
 # minutes. Runs of non-space characters longer than this are cut; no word of ordinary text is that long.
-LONGEST_WORD = 1 << 10
+LONGEST_WORD = 1 << 12
 _LONG_RUN = re.compile(rf"\S{{{LONGEST_WORD + 1},}}")
 
 
@@ -77,7 +77,7 @@ class Tokenizer:
         return [i for piece in pieces(text) for i in self._encode_piece(piece)]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        if any(len(t) > PIECE_CHARS for t in texts):
+        if any(len(t) > PIECE_CHARS or _LONG_RUN.search(t) for t in texts):  # cut as ``encode`` cuts
             return [self.encode(t) for t in texts]
         if self._tiktoken is not None:
             return [self._tiktoken.encode_ordinary(t) for t in texts]
