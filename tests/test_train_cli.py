@@ -24,7 +24,7 @@ def cache(tmp_path_factory):
     (["seq-length=128"], {}, ["seq-length", "longer than the position table (max-position-embeddings=64)"]),
     (["data-path=missing/corpus_text_document", "tokenizer-type=bytelevel"], {}, ["missing/corpus_text_document.bin", "not found"]),
     (["--config", "gpt2-huge"], {}, ["no config file or packaged config named 'gpt2-huge'"]),
-    (["--deepspeed", "nope.json"], {}, ["--deepspeed", "nope.json not found"]),
+    (["--deepspeed", "nope.json"], {}, ["--deepspeed", "cannot read nope.json: not found"]),
 ])
 def test_bad_input_fails_before_any_work(tmp_path, args, env, needles):
     proc = run_cli("train", "--run-dir", str(tmp_path / "run"), *args, env=env, cwd=tmp_path)

@@ -75,6 +75,7 @@ def atomic_path(path: str | os.PathLike, tmp: str | os.PathLike | None = None) -
     path = Path(path)
     tmp = Path(tmp) if tmp is not None else path.with_name(f".{path.name}.tmp-{os.getpid()}{''.join(path.suffixes[-1:])}")
     try:
+        tmp.unlink(missing_ok=True)  # a link planted at the predictable name is removed, never written through
         yield tmp
         os.replace(tmp, path)
     finally:
@@ -83,7 +84,7 @@ def atomic_path(path: str | os.PathLike, tmp: str | os.PathLike | None = None) -
 
 def write_atomic(path: str | os.PathLike, data: bytes, tmp: str | os.PathLike | None = None) -> None:
     """Write ``data`` under a temporary name, fsync, rename over ``path``: readers see old or new, never part."""
-    with writing(path), atomic_path(path, tmp) as staged, open(staged, "wb") as fh:
+    with writing(path), atomic_path(path, tmp) as staged, open(staged, "xb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())

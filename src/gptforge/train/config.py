@@ -17,12 +17,14 @@ from importlib import resources
 from pathlib import Path
 
 from gptforge.core.dataspec import TOKENIZER_KINDS, split_weights
-from gptforge.errors import UsageError
+from gptforge.errors import FileReadError, UsageError
 from gptforge.model.config import ModelConfig
+from gptforge.reading import read_json, read_toml
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 MODEL_KEYS = ("num-layers", "hidden-size", "num-attention-heads")  # a config file must say which model
 SEED_LIMIT = 2**32  # numpy's RandomState (the dataset shuffles) takes seeds in [0, 2**32)
+CONFIG_BYTES = 1 << 20  # a config file is a screenful of keys
 TOKENIZERS = ("default", *TOKENIZER_KINDS)  # default: the embedded corpus, which brings its own
 KEYS = tomllib.loads(Path(__file__).with_name("keys.toml").read_text())
 
@@ -257,7 +259,7 @@ def override_value(raw: str, kind: type):
     float; anything else is the text itself (bare strings need no quotes: data-path=my/prefix precision=bf16)."""
     try:
         value = float(raw) if kind is float else json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return raw  # a bare word; where the key needs another kind, check_value says so
     return raw if kind in TEXT_KINDS and not isinstance(value, TEXT_KINDS[kind]) else value
 
@@ -265,12 +267,11 @@ def override_value(raw: str, kind: type):
 def read_config_file(path: Path) -> dict:
     """The keys of a TOML config, or of a run's resolved config (JSON)."""
     try:
-        text = path.read_text()
-        return json.loads(text) if path.suffix == ".json" else flatten(tomllib.loads(text), path.name)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UsageError("--config", f"{path.name} is not valid {path.suffix[1:].upper()}: {err}", "fix the file") from None
-    except OSError as err:
-        raise UsageError("--config", f"cannot read {path}: {err.strerror}", "give a readable .toml file") from None
+        if path.suffix == ".json":
+            return read_json(path, max_bytes=CONFIG_BYTES, expect=dict, fix="fix the file")
+        return flatten(read_toml(path, max_bytes=CONFIG_BYTES, fix="fix the file"), path.name)
+    except FileReadError as err:
+        raise UsageError("--config", err.message, err.fix) from None
 
 
 def load_config(name_or_path: str, overrides: list[str] = ()) -> tuple[TrainConfig, Path]:

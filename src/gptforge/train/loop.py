@@ -24,7 +24,7 @@ from gptforge.model.layers import LayerBackend, resolve_backend
 from gptforge.model.loss import fp8_fits
 from gptforge.model.scaled_mm import fp8_matmul_gpu
 from gptforge.model.xent import kernel_name as xent_kernel_name
-from gptforge.train import checkpoint, data as datamod, distributed, rundir
+from gptforge.train import checkpoint, data as datamod, distributed, rundir, sizes
 from gptforge.train.collector import ScheduledCollector
 from gptforge.train.config import TrainConfig, validate
 from gptforge.train.hopper_keys import apply_hopper_keys
@@ -245,6 +245,7 @@ class Trainer:
         self.world = distributed.env_world_size()
         validate(cfg, self.world)
         device = distributed.pick_device(opts.device, int(os.environ.get("LOCAL_RANK", "0")))
+        sizes.check_run(cfg, device, self.world, deepspeed=bool(opts.deepspeed))  # a size far out of range: one line
         self.cfg, hopper_note = apply_hopper_keys(cfg, device, bool(opts.deepspeed))  # before anything is written
         cfg = self.cfg
         self.notes += [hopper_note] if hopper_note else []
@@ -294,6 +295,8 @@ class Trainer:
         precision = choose(cfg.precision, self.device)
         backend = resolve_backend(cfg.apex_layernorm, cfg.transformer_engine, cfg.attention_backend,
                                   cfg.loss_chunk_tokens if cfg.fused_loss else 0)
+        sizes.check_run(cfg, self.device, self.env.world_size, mcfg.padded_vocab_size, backend.loss_chunk,
+                        deepspeed=self.ds_config is not None)
         self.notes += backend.notes
         self.notes += [note for note in (use_flash4(backend, self.device, cfg.dropout),
                                          use_gelu_epilogue(backend, self.device, cfg.gelu_epilogue, cfg.float8),
@@ -334,7 +337,8 @@ class Trainer:
                                       ddp=self.env.launched, fp8_context=fp8_ctx)
         self.step, self.consumed = 0, 0
         if self.resume_ckpt is not None:
-            self.engine.load(self.resume_ckpt, self.resume_state)
+            with checkpoint.state_errors(self.resume_ckpt):
+                self.engine.load(self.resume_ckpt, self.resume_state)
             self.step, self.consumed = self.resume_state["step"], self.resume_state["consumed_samples"]
             saved_rng = checkpoint.load_rank_rng(self.resume_ckpt, self.env.rank, self.resume_state.get("world_size", 1))
             if saved_rng is not None:
@@ -595,4 +599,5 @@ class Trainer:
 
 
 def train(cfg: TrainConfig, opts: RunOptions, data: datamod.DataSetup | None = None, console=None) -> RunResult:
-    return Trainer(cfg, opts, data, console).run()
+    with sizes.out_of_memory_is_one_line():
+        return Trainer(cfg, opts, data, console).run()

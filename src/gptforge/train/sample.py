@@ -44,6 +44,14 @@ def generate(checkpoint_path: Path, prompt: str, *, max_new_tokens: int = 200, t
         raise UsageError("--max-new-tokens", f"must be positive, got {max_new_tokens}", "e.g. --max-new-tokens 200")
     if not 0 <= temperature < math.inf:
         raise UsageError("--temperature", f"must be a finite number >= 0, got {temperature}", "0 means greedy, 0.8 is typical")
+    if 0 < temperature < torch.finfo(torch.float32).eps:  # logits divided by it overflow to inf, softmax to nan
+        raise UsageError("--temperature", f"{temperature} is below float32's resolution",
+                         "use --temperature 0 for greedy decoding, or a typical 0.8")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as err:  # a byte of the command line that is not UTF-8, kept as a lone surrogate
+        raise UsageError("--prompt", f"character {err.start} ({prompt[err.start]!r}) is a byte that is not UTF-8",
+                         "pass the prompt as UTF-8 text") from None
     check_seed(seed, "--seed")
     if top_k is not None and top_k < 0:
         raise UsageError("--top-k", f"must be >= 0, got {top_k}", "0 turns the filter off, 50 is typical")
