@@ -42,7 +42,8 @@ def register(subparsers, groups) -> None:
                               description="generate text from a checkpoint (a run directory or one step_* directory)")
     s.add_argument("--checkpoint", type=Path, required=True, help="run directory, its checkpoints/ or a step_* directory")
     s.add_argument("--prompt", default="", help="text to continue (default: start of a document)")
-    s.add_argument("--max-new-tokens", type=int, default=200)
+    s.add_argument("--max-new-tokens", type=int, help="how many tokens to generate (default: 200, fewer where the "
+                   "model's context ends sooner)")
     s.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
     s.add_argument("--top-k", type=int, default=50, help="0: no top-k filter")
     s.add_argument("--seed", type=int, default=1234)
