@@ -65,18 +65,24 @@ def run_train(args) -> int:
         print(list_keys(cfg))
         return 0
     from gptforge.train.loop import RunOptions, train
+    from gptforge.train.preempt import PREEMPTED_EXIT
 
     opts = RunOptions(run_dir=args.run_dir, config_name=Path(args.config).stem, resume=args.resume,
                       device=args.device, deepspeed=args.deepspeed)
     console = Console(stderr=args.json, soft_wrap=True)
     result = train(cfg, opts, console=console)
 
+    code = 0 if result.stopped_at is None else PREEMPTED_EXIT
     if result.metrics is None:
-        return 0
+        return code
     if args.json:
         json.dump({k: (str(v) if isinstance(v, Path) else v) for k, v in vars(result).items()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return 0
+        return code
+    if result.stopped_at is not None:
+        console.print(f"\n[bold yellow]SIGTERM[/]: stopped after step {result.stopped_at}, saved in {result.last_checkpoint}; "
+                      f"the same command with --resume continues the run (exit status {code})")
+        return code
     console.print(f"\n[bold green]done[/]: {result.steps} steps{_validation_text(result)}")
     console.print(f"  metrics (JSONL): {result.metrics}")
     console.print(f"  TensorBoard:     tensorboard --logdir {result.tensorboard}")
