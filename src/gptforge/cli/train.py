@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from gptforge.errors import GptforgeError
+
 TRAIN_HELP = "pretrain a GPT-2 (embedded corpus by default); torchrun / deepspeed / srun launch it on many GPUs"
 TRAIN_EPILOG = """\
 examples:
@@ -52,9 +54,22 @@ def register(subparsers, groups) -> None:
     s.set_defaults(func=run_sample)
 
 
+def require_torch() -> None:
+    """The package leaves torch to the environment, which brings the build for its CUDA (or the CPU one)."""
+    try:
+        import torch  # noqa: F401
+    except ModuleNotFoundError as err:
+        if err.name != "torch":
+            raise
+        raise GptforgeError("torch is not installed in this Python", "install the project's environment: pixi run -e cpu "
+                            "gptforge train, or in this venv pip install --require-hashes -r envs/cpu/requirements.txt "
+                            "(CPU; 'gptforge compat recommend' prints the line for this machine's GPU)") from None
+
+
 def run_train(args) -> int:
     from rich.console import Console
 
+    require_torch()
     from gptforge.train.config import list_keys, load_config, packaged_configs
 
     if args.list_configs:
@@ -99,6 +114,7 @@ def _validation_text(result) -> str:
 
 
 def run_sample(args) -> int:
+    require_torch()
     from gptforge.train.sample import generate
 
     out = generate(args.checkpoint, args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
