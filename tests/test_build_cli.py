@@ -106,6 +106,7 @@ def test_dry_run_human_plan_names_every_part(cli, tmp_path):
         assert part in proc.stdout
 
 
+# apex's tree is not in the repository (a build fetches the pinned commit): a checkout of yours makes it run
 @needs_nvcc
 @pytest.mark.skipif(not os.environ.get("GPTFORGE_APEX_SRC"), reason="set GPTFORGE_APEX_SRC to an apex checkout")
 def test_dry_run_reads_a_local_source(cli, tmp_path):

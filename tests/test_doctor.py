@@ -190,6 +190,7 @@ def test_host_compiler_that_is_not_an_executable_is_reported(tmp_path):
     assert "host-compiler-not-found" in codes(data, "warning")
 
 
+# apex's real Python package without its extensions: its tree is not in the repository (third_party/ is yours)
 @pytest.mark.skipif(not (Path(APEX_SRC) / "apex" / "__init__.py").exists(),
                     reason="apex sources absent (set GPTFORGE_APEX_SRC)")
 def test_python_only_apex_is_an_error():
