@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 
 import pytest
 
@@ -109,3 +110,17 @@ def test_overrides_sit_before_between_and_after_options():
     args = build_parser(modules_for(argv)).parse_args(argv)
     assert args.overrides == ["lr=1e-3", "seq-length=32", "train-iters=5"]
     assert args.config == "gpt2-tiny" and args.json is True
+
+
+@pytest.mark.parametrize("command", [["train"], ["sample", "--checkpoint", "runs/x"]])
+def test_without_torch_one_line_says_how_to_install_it(tmp_path, command):
+    """`pip install -e '.[test]'` brings no torch (the environments bring the right build): no traceback."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nclass NoTorch:\n    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'torch':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, NoTorch())\n")
+    pythonpath = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    proc = run_cli(*command, env={"PYTHONPATH": pythonpath}, cwd=tmp_path)
+    one_line_error(proc, 1, "torch is not installed", "envs/cpu/requirements.txt", "pixi run")
+    assert not (tmp_path / "runs").exists()

@@ -138,6 +138,8 @@ KILL_ENV = "GPTFORGE_TEST_KILL_AT"
 def kill_point(point: str, n: int) -> None:
     """Fault injection for the crash-safety tests: with ``GPTFORGE_TEST_KILL_AT=POINT:N`` the process SIGKILLs
     itself where it reaches ``point`` number ``n`` (``step:N`` mid-step N after backward, ``save:N`` mid-save
-    of step N after the model file, ``change:N`` at fix-links' N-th file-system change). Unset: nothing."""
-    if os.environ.get(KILL_ENV) == f"{point}:{n}":
-        os.kill(os.getpid(), signal.SIGKILL)
+    of step N after the model file, ``change:N`` at fix-links' N-th file-system change). ``SIGNAL@POINT:N``
+    sends that signal instead (``TERM@step:N``: the notice Slurm gives before it stops a job). Unset: nothing."""
+    name, _, where = os.environ.get(KILL_ENV, "").rpartition("@")
+    if where == f"{point}:{n}":
+        os.kill(os.getpid(), signal.Signals[f"SIG{name}"] if name else signal.SIGKILL)

@@ -27,6 +27,7 @@ from gptforge.model.xent import kernel_name as xent_kernel_name
 from gptforge.train import checkpoint, data as datamod, distributed, rundir, sizes
 from gptforge.train.collector import ScheduledCollector
 from gptforge.train.config import TrainConfig, validate
+from gptforge.train.cpu_threads import use_idle_cores
 from gptforge.train.hopper_keys import apply_hopper_keys
 from gptforge.train.engine import DeepSpeedEngine, TorchEngine, read_deepspeed_config
 from gptforge.train.estimate import estimate
@@ -34,6 +35,7 @@ from gptforge.storage import kill_point, write_atomic
 from gptforge.train.metrics import MetricsLog, plot_losses, read_records
 from gptforge.train.optim import StepShape, build_optimizer
 from gptforge.train.peaks import Peak, lookup, mfu
+from gptforge.train.preempt import StopOnSigterm
 from gptforge.train.progress import RunProgress
 from gptforge.train.precision import Precision, choose
 
@@ -60,6 +62,7 @@ class RunResult:
     tensorboard: Path | None = None
     resumed_from: int = 0
     train_passes: float | None = None  # how many times the run's samples go over the training split
+    stopped_at: int | None = None  # SIGTERM: the step the run saved before it stopped short of train-iters
     notes: list[str] = field(default_factory=list)
 
 
@@ -73,6 +76,7 @@ class LaunchedStep:
     t0: float
     start: torch.cuda.Event | None = None  # on the device's timeline where the step began (CUDA only)
     overlapped: bool = False  # queued while the step before it was still running
+    done: float | None = None  # host clock when the step's work was over: a CPU's, which does it while queuing it
 
 
 def copy_to_host(values: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
@@ -234,7 +238,7 @@ class Trainer:
 
         self.console = console or Console(soft_wrap=True)
         self.notes: list[str] = []
-        self.last_step_done = 0.0  # host clock when the last step's loss was read
+        self.stop = StopOnSigterm()
         self.last_ready: torch.cuda.Event | None = None  # the device's end of the last step read
         self.unread = 0  # steps launched whose loss has not been read
         self.collector = ScheduledCollector(cfg.gc_interval)
@@ -277,6 +281,7 @@ class Trainer:
     def setup(self) -> None:
         cfg = self.cfg
         self.env, self.device = distributed.init(self.opts.device, bool(self.ds_config))
+        self.notes += [note] if (note := use_idle_cores(self.device)) else []
         if not self.env.is_main:
             from rich.console import Console
 
@@ -420,13 +425,13 @@ class Trainer:
         evaluates or saves, and the last, is read before anything else is queued."""
         pending = None
         with self.collector:
-            while self.step < until:
+            while self.step < until and not self.stop.agreed:
                 launched = self.launch_step(on_micro)
                 self.collector.after_step(self.step)  # while the GPU runs the step just queued
                 if pending is not None:
                     yield self.finish_step(pending)
                 pending = launched
-                if self.syncs_after(self.step) or self.step == until:
+                if self.syncs_after(self.step) or self.step == until or self.stop.agreed:
                     yield self.finish_step(pending)
                     pending = None
 
@@ -455,16 +460,18 @@ class Trainer:
         self.reader.prefetch(next_start)  # while the GPU finishes this step
         self.step += 1
         self.consumed += cfg.global_batch_size
-        loss = distributed.mean_across(loss_sum / self.accum, env)
-        return LaunchedStep(self.step, *copy_to_host(torch.stack([loss.float(), norm.to(loss.device).float()])), lr, t0,
-                            began, overlapped)
+        loss, stop = distributed.mean_across(torch.stack([loss_sum / self.accum, self.stop.flag(self.device)]), env)
+        done = time.perf_counter() if began is None else None
+        return LaunchedStep(self.step, *copy_to_host(torch.stack([loss.float(), norm.to(loss.device).float(), stop])), lr,
+                            t0, began, overlapped, done)
 
     def finish_step(self, launched: LaunchedStep) -> dict:
         """Read a launched step's loss (waiting for it) and make its record; a non-finite loss stops the run."""
         cfg = self.cfg
         if launched.ready is not None:
             launched.ready.synchronize()  # this step's work only: the step queued after it runs on
-        loss, norm = launched.values.tolist()
+        loss, norm, stop = launched.values.tolist()
+        self.stop.read(stop)
         elapsed = self.step_seconds(launched)
         self.unread -= 1
         if not math.isfinite(loss):
@@ -482,12 +489,10 @@ class Trainer:
 
         On CUDA from the device's own clock: from the end of the step before it when it was queued behind that
         one, else from its own start (the first step, compilation included, and the step after a pause to
-        evaluate or save). Host clocks would charge a step for when the host happened to look."""
-        if launched.ready is None or launched.start is None:  # no device clock: the host's, steps counted once
-            done = time.perf_counter()
-            seconds = done - max(launched.t0, self.last_step_done)
-            self.last_step_done = done
-            return seconds
+        evaluate or save). Host clocks would charge a step for when the host happened to look. A CPU has no
+        such clock and no queue: it has done a step's work by the time the step is queued."""
+        if launched.ready is None or launched.start is None:
+            return launched.done - launched.t0
         begin = self.last_ready if launched.overlapped and self.last_ready is not None else launched.start
         self.last_ready = launched.ready
         return begin.elapsed_time(launched.ready) / 1e3
@@ -568,8 +573,13 @@ class Trainer:
                 result.final_val_loss = evals[-1]["loss"] if evals and evals[-1]["step"] > 0 else None
             # the generator lives on this frame's stack only, so an error here closes it (and hands the garbage
             # collector back) as it unwinds, even while the error is still held
-            for record in self.steps(cfg.train_iters, bar.advance):
-                self.take_record(record, result, bar, main)
+            with self.stop:
+                for record in self.steps(cfg.train_iters, bar.advance):
+                    self.take_record(record, result, bar, main)
+                if self.stop.agreed and self.step < cfg.train_iters:
+                    result.stopped_at = self.step
+                    if self.step % cfg.save_interval:  # else take_record has saved it
+                        self.save()
         if main:
             result.metrics = self.metrics.path
             result.tensorboard = self.run_dir / "tensorboard"
