@@ -67,6 +67,7 @@ def setup_on_cpu(tmp_path_factory):
     return WORKSPACE.run("cpu", "setup", base_env=base)
 
 
+@pytest.mark.slow  # the whole chain, a training run included: CI runs `pixi run setup` itself too
 def test_setup_completes_on_a_cpu_machine_and_names_its_skips(setup_on_cpu):
     text = output(setup_on_cpu)
     assert names(setup_on_cpu) == SETUP_CHAIN, text
@@ -78,6 +79,7 @@ def test_setup_completes_on_a_cpu_machine_and_names_its_skips(setup_on_cpu):
     assert "smoke: passed" in text
 
 
+@pytest.mark.slow
 def test_setup_leaves_a_stamp_for_pixis_task_cache(setup_on_cpu):
     stamp = Path(sys.prefix) / ".gptforge" / "build-helpers.json"
     assert stamp.is_file()
