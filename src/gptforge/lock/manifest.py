@@ -115,10 +115,9 @@ def _platforms(entries: list) -> dict[str, Platform]:
 
 def load(path: Path) -> Manifest:
     """Read pixi.toml; a manifest the offline builder cannot represent is a one-line error."""
-    try:
-        doc = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise GptforgeError(f"{path}: cannot read the manifest: {err}", "pass --manifest PATH to a pixi.toml")
+    from gptforge.lock.files import read_toml
+
+    doc = read_toml(Path(path), "pixi.toml")
     workspace = doc.get("workspace") or doc.get("project") or {}
     platforms = _platforms(workspace.get("platforms", []))
     features = doc.get("feature", {})
@@ -138,3 +137,12 @@ def load(path: Path) -> Manifest:
     indexes = tuple([options.get("index-url", DEFAULT_INDEX)] + options.get("extra-index-urls", []))
     return Manifest(Path(path), tuple(channel_url(c) for c in workspace.get("channels", [])), platforms, envs,
                     indexes, tuple(options.get("no-build-isolation", ())))
+
+
+def pyproject(manifest: Manifest, spec: PypiSpec) -> dict:
+    path = manifest.root / spec.path / "pyproject.toml"
+    try:
+        return tomllib.loads(path.read_text())["project"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError) as err:
+        raise GptforgeError(f"{path}: cannot read its [project] table: {err}",
+                            f"fix the path of {spec.name} in pixi.toml or its pyproject.toml")
