@@ -126,6 +126,7 @@ def test_pixi_never_matches_a_glob_across_two_hidden_folders_or_a_plain_path_bel
         assert collect_matching(tmp_path, outputs) == [f".pixi/envs/cpu/share/gptforge/{task}.json"]
 
 
+@pytest.mark.slow  # it waits on the whole setup chain (setup_on_cpu)
 def test_a_reinstalled_environment_builds_again(tmp_path, cpu_base_env, setup_on_cpu):
     """pixi's task cache: an unchanged rerun is skipped; a reinstall (a fresh prefix) runs the build again."""
     shutil.copy(ROOT / "pixi.toml", tmp_path / "pixi.toml")
