@@ -92,6 +92,9 @@ def _validation_text(result) -> str:
 
 
 def run_sample(args) -> int:
+    from gptforge.train.config import check_sampling
+
+    check_sampling(args.max_new_tokens, args.temperature, args.top_k or None, args.seed)  # a bad option: no torch import
     from gptforge.train.sample import generate
 
     out = generate(args.checkpoint, args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,

@@ -352,6 +352,17 @@ def check_seed(seed: int, flag: str) -> None:
         raise UsageError(flag, f"{seed} is outside [0, 2**32)", "e.g. 1234")
 
 
+def check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, seed: int) -> None:
+    """`gptforge sample`'s options, checked before a checkpoint (and torch) is loaded."""
+    if max_new_tokens <= 0:
+        raise UsageError("--max-new-tokens", f"must be positive, got {max_new_tokens}", "e.g. --max-new-tokens 200")
+    if not 0 <= temperature < math.inf:
+        raise UsageError("--temperature", f"must be a finite number >= 0, got {temperature}", "0 means greedy, 0.8 is typical")
+    check_seed(seed, "--seed")
+    if top_k is not None and top_k < 0:
+        raise UsageError("--top-k", f"must be >= 0, got {top_k}", "0 turns the filter off, 50 is typical")
+
+
 def check_tokenizer_keys(cfg: TrainConfig) -> None:
     """The embedded corpus brings its own tokenizer: tokenizer keys without data-path would be ignored."""
     if cfg.data_path:
