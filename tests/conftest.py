@@ -66,6 +66,22 @@ def main_one_line(*args: str, expect: int, stream: str = "stderr", last_line: bo
     return code, lines[-1]
 
 
+# The benchmark's bookkeeping: the bench/ scripts' dry runs and the committed results re-pooled. Not the product,
+# so not the default run; CI runs them (`pytest -m bench`). A test module listed here that no longer exists is
+# harmless.
+BENCH_MODULES = {
+    "test_throughput_bench.py", "test_loss_parity.py", "test_parity_pool.py", "test_gpu_clocks.py",
+    "test_nanogpt_train.py", "test_bf16_weights_trace.py",
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in BENCH_MODULES:
+            item.add_marker(pytest.mark.bench)
+
+
 def pooled_parity(results: str, a_keys: str, pattern: str = "*.json") -> dict:
     """bench/parity_pool.py's JSON over the committed loss-parity files bench/results/loss_parity/RESULTS/PATTERN,
     the runs with A_KEYS as A."""

@@ -75,6 +75,7 @@ def setup_on_cpu(cpu_base_env):
     return WORKSPACE.run("cpu", "setup", base_env=cpu_base_env)
 
 
+@pytest.mark.slow  # the whole chain, a training run included: CI runs `pixi run setup` itself too
 def test_setup_completes_on_a_cpu_machine_and_names_its_skips(setup_on_cpu):
     text = output(setup_on_cpu)
     assert names(setup_on_cpu) == SETUP_CHAIN, text
@@ -86,6 +87,7 @@ def test_setup_completes_on_a_cpu_machine_and_names_its_skips(setup_on_cpu):
     assert "smoke: passed" in text
 
 
+@pytest.mark.slow
 def test_setup_leaves_a_stamp_in_the_prefix(setup_on_cpu):
     assert (Path(sys.prefix) / "share" / "gptforge" / "build-helpers.json").is_file()
 
@@ -124,6 +126,7 @@ def test_pixi_never_matches_a_glob_across_two_hidden_folders_or_a_plain_path_bel
         assert collect_matching(tmp_path, outputs) == [f".pixi/envs/cpu/share/gptforge/{task}.json"]
 
 
+@pytest.mark.slow  # it waits on the whole setup chain (setup_on_cpu)
 def test_a_reinstalled_environment_builds_again(tmp_path, cpu_base_env, setup_on_cpu):
     """pixi's task cache: an unchanged rerun is skipped; a reinstall (a fresh prefix) runs the build again."""
     shutil.copy(ROOT / "pixi.toml", tmp_path / "pixi.toml")

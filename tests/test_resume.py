@@ -81,7 +81,8 @@ def test_fp16_loss_scale_survives_a_checkpoint(tmp_path):
     assert second.scaler.get_scale() == 1234.0
 
 
-@pytest.mark.parametrize("kill_at,resumes_from", [("step:7", 4), ("save:8", 4)])
+# killed mid-save: test_killed_save_is_never_picked_up covers it in the default run
+@pytest.mark.parametrize("kill_at,resumes_from", [("step:7", 4), pytest.param("save:8", 4, marks=pytest.mark.slow)])
 def test_killed_run_resumes_bitwise(tmp_path, cache, reference, kill_at, resumes_from):
     expected = history(reference)
     assert [h[:2] for h in expected if h[0] == "train"] == [("train", step) for step in range(1, 13)]

@@ -114,6 +114,9 @@ def _validation_text(result) -> str:
 
 
 def run_sample(args) -> int:
+    from gptforge.train.config import check_sampling
+
+    check_sampling(args.max_new_tokens, args.temperature, args.top_k or None, args.seed, args.prompt)  # no torch import
     require_torch()
     from gptforge.train.sample import generate
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
@@ -10,7 +9,7 @@ import torch
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT, ModelConfig
 from gptforge.train import checkpoint
-from gptforge.train.config import check_seed
+from gptforge.train.config import check_sampling
 from gptforge.train.data import TokenizerSpec
 from gptforge.train.distributed import pick_device
 
@@ -44,21 +43,7 @@ DEFAULT_NEW_TOKENS = 200  # or what the model's context leaves after the prompt,
 def generate(checkpoint_path: Path, prompt: str, *, max_new_tokens: int | None = None, temperature: float = 0.8,
              top_k: int | None = 50, seed: int = 1234, device: str = "auto") -> dict:
     """MAX_NEW_TOKENS None: DEFAULT_NEW_TOKENS, fewer where the model's context ends sooner."""
-    if max_new_tokens is not None and max_new_tokens <= 0:
-        raise UsageError("--max-new-tokens", f"must be positive, got {max_new_tokens}", "e.g. --max-new-tokens 200")
-    if not 0 <= temperature < math.inf:
-        raise UsageError("--temperature", f"must be a finite number >= 0, got {temperature}", "0 means greedy, 0.8 is typical")
-    if 0 < temperature < torch.finfo(torch.float32).eps:  # logits divided by it overflow to inf, softmax to nan
-        raise UsageError("--temperature", f"{temperature} is below float32's resolution",
-                         "use --temperature 0 for greedy decoding, or a typical 0.8")
-    try:
-        prompt.encode("utf-8")
-    except UnicodeEncodeError as err:  # a byte of the command line that is not UTF-8, kept as a lone surrogate
-        raise UsageError("--prompt", f"character {err.start} ({prompt[err.start]!r}) is a byte that is not UTF-8",
-                         "pass the prompt as UTF-8 text") from None
-    check_seed(seed, "--seed")
-    if top_k is not None and top_k < 0:
-        raise UsageError("--top-k", f"must be >= 0, got {top_k}", "0 turns the filter off, 50 is typical")
+    check_sampling(max_new_tokens, temperature, top_k, seed, prompt)
     ckpt = checkpoint.resolve(checkpoint_path)
     dev = pick_device(device, 0)
     model, state = load_model(ckpt, dev)
