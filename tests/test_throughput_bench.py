@@ -80,6 +80,7 @@ def test_min_ratio_without_a_nanogpt_figure_fails(tmp_path):
     assert json.loads((tmp_path / "throughput.json").read_text())["pass"] is False
 
 
+# nanoGPT is the benchmark's reference, not a dependency: its unmodified bench.py runs where you cloned it
 @pytest.mark.skipif(not (NANOGPT / "bench.py").is_file(), reason="no nanoGPT checkout (set GPTFORGE_NANOGPT_DIR)")
 def test_nanogpt_bench_runs_unmodified_at_our_shape_and_min_ratio_decides(tmp_path):
     before = {p.name: p.read_bytes() for p in NANOGPT.iterdir() if p.is_file()}

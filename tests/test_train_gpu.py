@@ -8,15 +8,14 @@ import json
 import signal
 
 import pytest
+import torch
 
 from conftest import run_cli
 from gptforge.train.metrics import read_records
 from gptforge.train.peaks import lookup
 
-pytestmark = pytest.mark.gpu
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("needs an NVIDIA GPU", allow_module_level=True)
+# marks, not a skip at import: outside `pytest -m gpu` the module is deselected instead of skipped
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
 
 RUN = ["--config", "gpt2-tiny", "--device", "cuda", "train-iters=120", "save-interval=40", "eval-interval=40"]
 

@@ -24,8 +24,6 @@ import torch
 
 from gptforge.errors import UsageError
 
-CHOICES = ("none", "triton", "hopper", "te-fp8")
-
 
 @dataclass
 class Plan:

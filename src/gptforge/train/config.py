@@ -16,14 +16,16 @@ from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
-from gptforge.accel import CHOICES as ACCEL_CHOICES
 from gptforge.core.dataspec import TOKENIZER_KINDS, split_weights
-from gptforge.errors import UsageError
+from gptforge.errors import FileReadError, UsageError
 from gptforge.model.config import ModelConfig
+from gptforge.reading import read_json, read_toml
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+ACCEL_CHOICES = ("none", "triton", "hopper", "te-fp8")  # gptforge.accel's sets of kernels
 MODEL_KEYS = ("num-layers", "hidden-size", "num-attention-heads")  # a config file must say which model
 SEED_LIMIT = 2**32  # numpy's RandomState (the dataset shuffles) takes seeds in [0, 2**32)
+CONFIG_BYTES = 1 << 20  # a config file is a screenful of keys
 TOKENIZERS = ("default", *TOKENIZER_KINDS)  # default: the embedded corpus, which brings its own
 KEYS = tomllib.loads(Path(__file__).with_name("keys.toml").read_text())
 
@@ -230,7 +232,7 @@ def override_value(raw: str, kind: type):
     float; anything else is the text itself (bare strings need no quotes: data-path=my/prefix precision=bf16)."""
     try:
         value = float(raw) if kind is float else json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return raw  # a bare word; where the key needs another kind, check_value says so
     return raw if kind in TEXT_KINDS and not isinstance(value, TEXT_KINDS[kind]) else value
 
@@ -238,12 +240,11 @@ def override_value(raw: str, kind: type):
 def read_config_file(path: Path) -> dict:
     """The keys of a TOML config, or of a run's resolved config (JSON)."""
     try:
-        text = path.read_text()
-        return json.loads(text) if path.suffix == ".json" else flatten(tomllib.loads(text), path.name)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UsageError("--config", f"{path.name} is not valid {path.suffix[1:].upper()}: {err}", "fix the file") from None
-    except OSError as err:
-        raise UsageError("--config", f"cannot read {path}: {err.strerror}", "give a readable .toml file") from None
+        if path.suffix == ".json":
+            return read_json(path, max_bytes=CONFIG_BYTES, expect=dict, fix="fix the file")
+        return flatten(read_toml(path, max_bytes=CONFIG_BYTES, fix="fix the file"), path.name)
+    except FileReadError as err:
+        raise UsageError("--config", err.message, err.fix) from None
 
 
 def load_config(name_or_path: str, overrides: list[str] = ()) -> tuple[TrainConfig, Path]:
@@ -319,6 +320,29 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
 def check_seed(seed: int, flag: str) -> None:
     if not 0 <= seed < SEED_LIMIT:
         raise UsageError(flag, f"{seed} is outside [0, 2**32)", "e.g. 1234")
+
+
+FLOAT32_EPS = 2.0 ** -23  # torch.finfo(torch.float32).eps, without importing torch
+
+
+def check_sampling(max_new_tokens: int | None, temperature: float, top_k: int | None, seed: int,
+                   prompt: str = "") -> None:
+    """`gptforge sample`'s options, checked before a checkpoint (and torch) is loaded."""
+    if max_new_tokens is not None and max_new_tokens <= 0:
+        raise UsageError("--max-new-tokens", f"must be positive, got {max_new_tokens}", "e.g. --max-new-tokens 200")
+    if not 0 <= temperature < math.inf:
+        raise UsageError("--temperature", f"must be a finite number >= 0, got {temperature}", "0 means greedy, 0.8 is typical")
+    if 0 < temperature < FLOAT32_EPS:  # logits divided by it overflow to inf, softmax to nan
+        raise UsageError("--temperature", f"{temperature} is below float32's resolution",
+                         "use --temperature 0 for greedy decoding, or a typical 0.8")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as err:  # a byte of the command line that is not UTF-8, kept as a lone surrogate
+        raise UsageError("--prompt", f"character {err.start} ({prompt[err.start]!r}) is a byte that is not UTF-8",
+                         "pass the prompt as UTF-8 text") from None
+    check_seed(seed, "--seed")
+    if top_k is not None and top_k < 0:
+        raise UsageError("--top-k", f"must be >= 0, got {top_k}", "0 turns the filter off, 50 is typical")
 
 
 def check_tokenizer_keys(cfg: TrainConfig) -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import os
 import pickle
 from pathlib import Path
 
 import torch
 
-from gptforge.errors import GptforgeError, UsageError
+from gptforge.errors import FileReadError, GptforgeError, UsageError
+from gptforge.reading import read_json
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
 from gptforge.train.optim import build_scheduler, param_groups
@@ -58,11 +58,9 @@ def read_deepspeed_config(path: str, cfg: TrainConfig, world_size: int) -> dict:
     """The user's DeepSpeed JSON, checked against the run's batch sizes and completed from the config."""
     path = resolve_deepspeed_config(path)
     try:
-        ds = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise UsageError("--deepspeed", f"{path} not found", "give a DeepSpeed JSON config, e.g. the packaged zero2.json") from None
-    except json.JSONDecodeError as err:
-        raise UsageError("--deepspeed", f"{path} is not valid JSON: {err}", "fix the file") from None
+        ds = read_json(path, max_bytes=1 << 20, expect=dict, fix="give a DeepSpeed JSON object, e.g. the packaged zero2.json")
+    except FileReadError as err:
+        raise UsageError("--deepspeed", err.message, err.fix) from None
     accum = cfg.global_batch_size // (cfg.micro_batch_size * world_size)
     wanted = {"train_micro_batch_size_per_gpu": cfg.micro_batch_size, "gradient_accumulation_steps": accum,
               "train_batch_size": cfg.global_batch_size}

@@ -16,14 +16,16 @@ from gptforge import accel
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT
 from gptforge.storage import kill_point, write_atomic
-from gptforge.train import checkpoint, data as datamod, distributed, rundir
+from gptforge.train import checkpoint, data as datamod, distributed, rundir, sizes
 from gptforge.train.config import TrainConfig, validate
+from gptforge.train.cpu_threads import use_idle_cores
 from gptforge.train.engine import TorchEngine
 from gptforge.train.estimate import estimate
-from gptforge.train.metrics import MetricsLog, plot_losses, read_records
+from gptforge.train.metrics import MetricsLog, plot_losses, read_records, step_line
 from gptforge.train.optim import build_optimizer
 from gptforge.train.peaks import Peak, lookup, mfu
 from gptforge.train.precision import choose
+from gptforge.train.preempt import StopOnSigterm
 from gptforge.train.progress import RunProgress
 from gptforge.train.steptime import LaunchedStep, StepClock, copy_to_host, memory_gib, recorded_event
 
@@ -50,6 +52,7 @@ class RunResult:
     tensorboard: Path | None = None
     resumed_from: int = 0
     train_passes: float | None = None  # how many times the run's samples go over the training split
+    stopped_at: int | None = None  # SIGTERM: the step the run saved before it stopped short of train-iters
     notes: list[str] = field(default_factory=list)
 
 
@@ -66,15 +69,16 @@ class Trainer:
 
         self.console = console or Console(soft_wrap=True)
         self.notes: list[str] = []
+        self.stop = StopOnSigterm()
         self.clock = StepClock()
         self.unread = 0  # steps launched whose loss has not been read
 
-    # ---- checks that need no GPU --------------------------------------------------------------
     def preflight(self) -> None:
         cfg, opts = self.cfg, self.opts
         self.world = distributed.env_world_size()
         validate(cfg, self.world)
         device = distributed.pick_device(opts.device, int(os.environ.get("LOCAL_RANK", "0")))
+        sizes.check_run(cfg, device, self.world, deepspeed=bool(opts.deepspeed))  # a size far out of range: one line
         accel.check(cfg.accel, device, choose(cfg.precision, device).name, cfg.dropout)  # before anything is written
         self.ds_config = None
         if opts.deepspeed:
@@ -102,18 +106,18 @@ class Trainer:
                 if changes := rundir.config_changes(self.run_dir, cfg.to_dict()):
                     self.notes.append(changes)
 
-    # ---- setup -----------------------------------------------------------------------------------
     def setup(self) -> None:
         cfg = self.cfg
         self.env, self.device = distributed.init(self.opts.device, bool(self.ds_config))
+        self.notes += [note] if (note := use_idle_cores(self.device)) else []
         if not self.env.is_main:
             from rich.console import Console
 
             self.console = Console(quiet=True)
         if self.data is None:
-            self.data = self.load_data()
-        elif self.resume_state is not None:
-            checkpoint.check_shape(self.resume_state, cfg.model_config(self.data.vocab_size).shape(), self.resume_ckpt)
+            self.data = datamod.load(cfg, self.env, self.console.status, self.check_shape)
+        else:
+            self.check_shape(self.data.vocab_size)
         if repeat := datamod.repeat_note(self.data.train):
             self.notes.append(repeat)
         if self.device.type == "cuda":
@@ -122,6 +126,8 @@ class Trainer:
         checkpoint.seed_all(cfg.seed)
         precision = choose(cfg.precision, self.device)
         self.model = GPT(cfg.model_config(self.data.vocab_size)).to(self.device)
+        sizes.check_run(cfg, self.device, self.env.world_size, self.model.cfg.padded_vocab_size, self.model.loss.chunk,
+                        deepspeed=self.ds_config is not None)
         speed = accel.accelerate(self.model, cfg.accel, self.device, precision.name,
                                  compiled=cfg.compile and self.ds_config is None)
         self.notes += speed.notes
@@ -152,7 +158,8 @@ class Trainer:
                                       ddp=self.env.launched, cuda_graphs=cuda_graphs)
         self.step, self.consumed = 0, 0
         if self.resume_ckpt is not None:
-            self.engine.load(self.resume_ckpt, self.resume_state)
+            with checkpoint.state_errors(self.resume_ckpt):
+                self.engine.load(self.resume_ckpt, self.resume_state)
             self.step, self.consumed = self.resume_state["step"], self.resume_state["consumed_samples"]
             saved_rng = checkpoint.load_rank_rng(self.resume_ckpt, self.env.rank, self.resume_state.get("world_size", 1))
             if saved_rng is not None:
@@ -169,19 +176,10 @@ class Trainer:
             self.prepare_run_dir()
         distributed.barrier(self.env)
 
-    def load_data(self) -> datamod.DataSetup:
-        default_paths = None
-        if not self.cfg.data_path:
-            if self.env.local_rank == 0:
-                with self.console.status("preparing the embedded default corpus (cached after the first run)"):
-                    default_paths = datamod.prepare_default_corpus(self.cfg)
-            distributed.barrier(self.env)
-            if self.env.local_rank != 0:
-                default_paths = datamod.prepare_default_corpus(self.cfg)
-        spec, vocab_size = datamod.tokenizer_for(self.cfg, default_paths)
-        if self.resume_state is not None:  # before the dataset indices and any GPU work
+    def check_shape(self, vocab_size: int) -> None:
+        """On resume, before the dataset indices and any GPU work: the checkpoint holds this config's model."""
+        if self.resume_state is not None:
             checkpoint.check_shape(self.resume_state, self.cfg.model_config(vocab_size).shape(), self.resume_ckpt)
-        return datamod.build(self.cfg, default_paths, spec, vocab_size)
 
     def prepare_run_dir(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -193,7 +191,6 @@ class Trainer:
             self.tokenizer = datamod.TokenizerSpec(**self.resume_state["tokenizer"]) if self.resume_state else self.data.tokenizer
         self.metrics = MetricsLog(self.run_dir, resume_step=self.step)
 
-    # ---- the loop --------------------------------------------------------------------------------
     def describe(self) -> None:
         cfg, c = self.cfg, self.console
         c.print(f"[bold]gptforge train[/] {self.opts.config_name}: {cfg.num_layers} layers, width {cfg.hidden_size}, "
@@ -233,12 +230,12 @@ class Trainer:
         loss is read, so the device never waits for the host's reads; a step after which the loop
         evaluates or saves, and the last, is read before anything else is queued."""
         pending = None
-        while self.step < until:
+        while self.step < until and not self.stop.agreed:
             launched = self.launch_step(on_micro)
             if pending is not None:
                 yield self.finish_step(pending)
             pending = launched
-            if self.syncs_after(self.step) or self.step == until:
+            if self.syncs_after(self.step) or self.step == until or self.stop.agreed:
                 yield self.finish_step(pending)
                 pending = None
 
@@ -267,16 +264,18 @@ class Trainer:
         self.reader.prefetch(next_start)  # while the GPU finishes this step
         self.step += 1
         self.consumed += cfg.global_batch_size
-        loss = distributed.mean_across(loss_sum / self.accum, env)
-        return LaunchedStep(self.step, *copy_to_host(torch.stack([loss.float(), norm.to(loss.device).float()])), lr, t0,
-                            began, overlapped)
+        loss, stop = distributed.mean_across(torch.stack([loss_sum / self.accum, self.stop.flag(self.device)]), env)
+        done = time.perf_counter() if began is None else None
+        return LaunchedStep(self.step, *copy_to_host(torch.stack([loss.float(), norm.to(loss.device).float(), stop])), lr,
+                            t0, began, overlapped, done)
 
     def finish_step(self, launched: LaunchedStep) -> dict:
         """Read a launched step's loss (waiting for it) and make its record; a non-finite loss stops the run."""
         cfg = self.cfg
         if launched.ready is not None:
             launched.ready.synchronize()  # this step's work only: the step queued after it runs on
-        loss, norm = launched.values.tolist()
+        loss, norm, stop = launched.values.tolist()
+        self.stop.read(stop)
         elapsed = self.clock.seconds(launched)
         self.unread -= 1
         if not math.isfinite(loss):
@@ -320,12 +319,6 @@ class Trainer:
         distributed.barrier(env)
         return final
 
-    def log_line(self, r: dict) -> str:
-        util = f"{r['mfu'] * 100:5.1f}% MFU" if r["mfu"] is not None else "MFU n/a"
-        return (f"step {r['step']:>6}/{self.cfg.train_iters} | loss {r['loss']:.4f} | lr {r['lr']:.2e} | "
-                f"norm {r['grad_norm']:.3f} | {r['tokens_per_s']:,.0f} tok/s | {r['step_ms']:.0f} ms | {util} | "
-                f"mem {r['mem_gib']:.2f} GiB")
-
     def plot(self) -> Path:
         return plot_losses(self.metrics.path, self.run_dir / "loss.png", f"{self.opts.config_name}: loss")
 
@@ -363,8 +356,13 @@ class Trainer:
                 evals = read_records(self.metrics.path, "eval")
                 result.first_val_loss = evals[0]["loss"] if evals and evals[0]["step"] == 0 else None
                 result.final_val_loss = evals[-1]["loss"] if evals and evals[-1]["step"] > 0 else None
-            for record in self.steps(cfg.train_iters, bar.advance):
-                self.take_record(record, result, bar, main)
+            with self.stop:
+                for record in self.steps(cfg.train_iters, bar.advance):
+                    self.take_record(record, result, bar, main)
+                if self.stop.agreed and self.step < cfg.train_iters:
+                    result.stopped_at = self.step
+                    if self.step % cfg.save_interval:  # else take_record has saved it
+                        self.save()
         if main:
             result.metrics = self.metrics.path
             result.tensorboard = self.run_dir / "tensorboard"
@@ -380,7 +378,7 @@ class Trainer:
             self.metrics.write(record)
             bar.info(f"loss {record['loss']:.4f}")
             if record["step"] % cfg.log_interval == 0 or record["step"] == 1:
-                self.console.print(self.log_line(record))
+                self.console.print(step_line(record, cfg.train_iters))
         if not self.syncs_after(record["step"]):
             return  # the next step is already queued: evaluations and checkpoints wait for the steps they follow
         if self.step % cfg.eval_interval == 0 or self.step == cfg.train_iters:
@@ -394,4 +392,5 @@ class Trainer:
 
 
 def train(cfg: TrainConfig, opts: RunOptions, data: datamod.DataSetup | None = None, console=None) -> RunResult:
-    return Trainer(cfg, opts, data, console).run()
+    with sizes.out_of_memory_is_one_line():
+        return Trainer(cfg, opts, data, console).run()

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
 import socket
+import stat
 import tempfile
 import time
 from pathlib import Path
 
-from gptforge.errors import GptforgeError, UsageError
+from gptforge.errors import FileReadError, GptforgeError, UsageError
+from gptforge.reading import read_json
 from gptforge.storage import writing
 from gptforge.train.config import value_changes
 
@@ -40,7 +41,16 @@ def lock(run_dir: str | os.PathLike) -> RunLock:
     path = Path(run_dir) / LOCK_NAME
     with writing(path):
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        check_layout(run_dir)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError as err:
+            if err.errno not in (errno.ELOOP, errno.ENXIO):
+                raise
+            raise _misplaced(run_dir, path, "a symbolic link") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise _misplaced(run_dir, path, "not a regular file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -55,6 +65,32 @@ def lock(run_dir: str | os.PathLike) -> RunLock:
             os.close(fd)
             raise
     return RunLock(path, fd)
+
+
+# What the trainer writes in a run directory, and what each must be: a link or another kind of file there
+# would send a write (or a delete) somewhere the user never named.
+LAYOUT = {LOCK_NAME: stat.S_ISREG, CONFIG_NAME: stat.S_ISREG, "metrics.jsonl": stat.S_ISREG, "loss.png": stat.S_ISREG,
+          "checkpoints": stat.S_ISDIR, "tensorboard": stat.S_ISDIR, "tokenizer": stat.S_ISDIR}
+
+
+def check_layout(run_dir: str | os.PathLike) -> None:
+    """Every name the trainer writes in ``run_dir`` is absent or of its kind, and not a symbolic link."""
+    for name, is_kind in LAYOUT.items():
+        path = Path(run_dir) / name
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(mode):
+            raise _misplaced(run_dir, path, "a symbolic link")
+        if not is_kind(mode):
+            raise _misplaced(run_dir, path, "a directory" if stat.S_ISDIR(mode) else
+                             "not a directory" if is_kind is stat.S_ISDIR else "not a regular file")
+
+
+def _misplaced(run_dir, path: Path, what: str) -> GptforgeError:
+    return GptforgeError(f"{path} is {what}, where the run keeps its own {path.name}",
+                         f"move it out of {run_dir}, or give another --run-dir")
 
 
 def default_run_dir(config_name: str, resume: bool) -> Path:
@@ -80,10 +116,8 @@ def config_changes(run_dir: str | os.PathLike, current: dict) -> str | None:
     """On resume: a note naming each key whose value differs from the run's saved config, None when none does
     (or nothing readable was saved), so that a changed default or a forgotten key never changes a run silently."""
     try:
-        saved = json.loads((Path(run_dir) / CONFIG_NAME).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(saved, dict):
+        saved = read_json(Path(run_dir) / CONFIG_NAME, expect=dict)
+    except FileReadError:
         return None
     changed = value_changes(saved, current)
     if not changed:

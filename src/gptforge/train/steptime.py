@@ -4,7 +4,6 @@ device's own clock, and the memory the run has used."""
 from __future__ import annotations
 
 import resource
-import time
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +19,7 @@ class LaunchedStep:
     t0: float
     start: torch.cuda.Event | None = None  # on the device's timeline where the step began (CUDA only)
     overlapped: bool = False  # queued while the step before it was still running
+    done: float | None = None  # host clock when the step's work was over: a CPU's, which does it while queuing it
 
 
 def copy_to_host(values: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
@@ -51,18 +51,15 @@ class StepClock:
 
     On CUDA from the device's own clock: from the end of the step before it when it was queued behind that
     one, else from its own start (the first step, compilation included, and the step after a pause to
-    evaluate or save). Host clocks would charge a step for when the host happened to look."""
+    evaluate or save). Host clocks would charge a step for when the host happened to look. A CPU has no
+    such clock and no queue: it has done a step's work by the time the step is queued."""
 
     def __init__(self):
-        self.last_done = 0.0  # host clock when the last step's loss was read
         self.last_ready: torch.cuda.Event | None = None  # the device's end of the last step read
 
     def seconds(self, launched: LaunchedStep) -> float:
-        if launched.ready is None or launched.start is None:  # no device clock: the host's, steps counted once
-            done = time.perf_counter()
-            seconds = done - max(launched.t0, self.last_done)
-            self.last_done = done
-            return seconds
+        if launched.ready is None or launched.start is None:
+            return launched.done - launched.t0
         begin = self.last_ready if launched.overlapped and self.last_ready is not None else launched.start
         self.last_ready = launched.ready
         return begin.elapsed_time(launched.ready) / 1e3
