@@ -12,8 +12,8 @@ The config key ``accel`` picks one set:
 
 ``check`` says before anything is written whether the set can run here; ``accelerate`` swaps the modules and
 returns the compile options, the optimizer choice and the notes the trainer logs (accel/hopper.py holds the
-hopper set's). This package is the only
-importer of flash-attn-4, quack, the CuTe DSL, TransformerEngine and the project's Triton kernels.
+hopper set's). This package is the only importer of flash-attn-4, quack, the CuTe DSL and Triton, and the
+trainer's only user of TransformerEngine (tests/test_architecture.py).
 """
 
 from __future__ import annotations
