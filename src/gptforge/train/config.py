@@ -152,12 +152,6 @@ class TrainConfig:
         return {key_name(f.name): getattr(self, f.name) for f in fields(self)}
 
 
-def value_changes(before: dict, after: dict) -> list[str]:
-    """'KEY OLD -> NEW' (values as JSON) for each key that both config dicts hold with different values."""
-    return [f"{key} {json.dumps(before[key])} -> {json.dumps(value)}"
-            for key, value in after.items() if key in before and before[key] != value]
-
-
 KNOWN_KEYS = {key_name(f.name): f for f in fields(TrainConfig)}
 TYPES = {key_name(attr): kind for attr, kind in typing.get_type_hints(TrainConfig).items()}
 

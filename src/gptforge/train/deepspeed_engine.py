@@ -54,6 +54,11 @@ def resolve_deepspeed_config(name_or_path: str) -> str:
     return name_or_path
 
 
+def require_deepspeed() -> None:
+    if importlib.util.find_spec("deepspeed") is None:
+        raise UsageError("--deepspeed", "DeepSpeed is not installed", "pip install deepspeed, or train without --deepspeed")
+
+
 def read_deepspeed_config(path: str, cfg: TrainConfig, world_size: int) -> dict:
     """The user's DeepSpeed JSON, checked against the run's batch sizes and completed from the config."""
     path = resolve_deepspeed_config(path)
@@ -74,8 +79,6 @@ def read_deepspeed_config(path: str, cfg: TrainConfig, world_size: int) -> dict:
     ds.setdefault("steps_per_print", 10**9)  # the trainer logs; keep DeepSpeed quiet
     if ds.get("bf16", {}).get("enabled") and ds.get("fp16", {}).get("enabled"):
         raise UsageError("--deepspeed", "both bf16 and fp16 are enabled", "enable one")
-    if importlib.util.find_spec("deepspeed") is None:
-        raise UsageError("--deepspeed", "DeepSpeed is not installed", "pip install deepspeed, or train without --deepspeed")
     return ds
 
 

@@ -82,9 +82,10 @@ class Trainer:
         accel.check(cfg.accel, device, choose(cfg.precision, device).name, cfg.dropout)  # before anything is written
         self.ds_config = None
         if opts.deepspeed:
-            from gptforge.train.deepspeed_engine import read_deepspeed_config
+            from gptforge.train.deepspeed_engine import read_deepspeed_config, require_deepspeed
 
             self.ds_config = read_deepspeed_config(opts.deepspeed, cfg, self.world)
+            require_deepspeed()
         if self.data is None:
             datamod.check_data_paths(cfg)
         rundir.check_writable(self.run_dir)

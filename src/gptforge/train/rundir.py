@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import socket
 import stat
@@ -20,7 +21,6 @@ from pathlib import Path
 from gptforge.errors import FileReadError, GptforgeError, UsageError
 from gptforge.reading import read_json
 from gptforge.storage import writing
-from gptforge.train.config import value_changes
 
 LOCK_NAME = ".lock"
 CONFIG_NAME = "config.json"  # the run's resolved config, rewritten at every start
@@ -110,6 +110,12 @@ def default_run_dir(config_name: str, resume: bool) -> Path:
         raise UsageError("--resume", f"no run under runs/{stem}* holds a checkpoint to continue",
                          "pass --run-dir of the run to resume (a --run-dir without a checkpoint yet starts at step 0)")
     return Path("runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def value_changes(before: dict, after: dict) -> list[str]:
+    """'KEY OLD -> NEW' (values as JSON) for each key that both config dicts hold with different values."""
+    return [f"{key} {json.dumps(before[key])} -> {json.dumps(value)}"
+            for key, value in after.items() if key in before and before[key] != value]
 
 
 def config_changes(run_dir: str | os.PathLike, current: dict) -> str | None:
