@@ -6,6 +6,7 @@ too, and is reported once as an ``unreadable-version`` warning.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from packaging.version import Version
@@ -62,6 +63,8 @@ class Context:
     pypi_default: bool = False  # torch_cuda is that of PyPI's wheel of an untagged torch version
     prebuilt: frozenset[str] = frozenset()  # fields whose version came from a prebuilt wheel
     problems: list[Finding] = field(default_factory=list)
+    # every rule, without hints: what a hint judges the project's environments with (set by run_rules)
+    judge: Callable[[Combination], list[Finding]] | None = None
 
     @property
     def torch_is_cpu(self) -> bool:

@@ -1,0 +1,166 @@
+"""GPU architectures: what nvcc, the torch build and TORCH_CUDA_ARCH_LIST generate code for, against the GPUs
+present (facts: data/cuda_arches.toml, torch.toml's cpp_extension behaviour)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gptforge.compat.arches import CC, Arch, best_cubin, ptx_runs_on, runs_on
+from gptforge.compat.context import Context
+from gptforge.compat.findings import Finding, Severity
+from gptforge.compat.rule_helpers import env_hint, join_fixes
+from gptforge.core.versions import CudaVersion, format_cc
+
+E, INFO = Severity.ERROR, Severity.INFO
+
+
+def _cudas_targeting(ctx: Context, cc: CC) -> list[CudaVersion]:
+    return [CudaVersion(*key) for key, arches in sorted(ctx.facts.arches.items())
+            if best_cubin(list(arches), cc, allow_suffix=False)]
+
+
+def _arch_env_unset(ctx: Context) -> bool:
+    return ctx.combo.torch_cuda_arch_list_env in (None, "", "native")
+
+
+def implied_arch(ctx: Context, cc: CC) -> Arch:
+    """What cpp_extension builds for a visible GPU when TORCH_CUDA_ARCH_LIST is unset: the GPU's own
+    arch, capped by the highest SASS arch of the torch build (torch/utils/cpp_extension.py)."""
+    sass = [a.cc for a in ctx.torch_arches or ()]
+    return Arch(*min(cc, max(sass))) if sass else Arch(*cc)
+
+
+def rule_nvcc_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    targetable = ctx.facts.targetable(ctx.nvcc) if ctx.nvcc else None
+    if not targetable:
+        return
+    for cc in ctx.ccs:
+        implied = implied_arch(ctx, cc)
+        if best_cubin(list(targetable), cc, allow_suffix=False) is None:
+            able = _cudas_targeting(ctx, cc)
+            span = f"CUDA {able[0]} to {able[-1]}" if able else "no CUDA in gptforge's tables"
+            yield Finding("gpu-arch-unsupported", E,
+                          f"nvcc {ctx.nvcc} cannot generate code for CC {format_cc(cc)} (sm_{cc[0]}{cc[1]}); "
+                          f"{span} can",
+                          join_fixes(env_hint(ctx, suggest), f"use a CUDA toolkit from {span}"))
+        elif _arch_env_unset(ctx) and implied not in targetable:
+            able = [CudaVersion(*key) for key, arches in sorted(ctx.facts.arches.items()) if implied in arches]
+            newer = f"use nvcc {able[0]} or newer" if able else None
+            yield Finding("gpu-arch-unsupported", E,
+                          f"TORCH_CUDA_ARCH_LIST is unset, so torch's cpp_extension builds for the GPU's own arch "
+                          f"(compute_{implied.major}{implied.minor}), which nvcc {ctx.nvcc} cannot target: "
+                          "'nvcc fatal : Unsupported gpu architecture'",
+                          join_fixes(newer, arch_list_fix(ctx, allow_suffix=False)))
+
+
+def _beyond_torch_cuda(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    """With the build's arch list unknown: a GPU of a newer major than any arch torch's CUDA can target has no
+    kernels in that build, neither torch's nor its CUDA libraries' (cuBLAS, cuDNN)."""
+    targetable = ctx.facts.targetable(ctx.torch_cuda) if ctx.torch_cuda and not ctx.torch_is_cpu else None
+    if not targetable:
+        return
+    top = max(a.cc for a in targetable if not a.suffix)
+    for cc in ctx.ccs:
+        if cc[0] > top[0]:
+            yield Finding("gpu-arch-not-in-torch", E,
+                          f"torch's CUDA {ctx.torch_cuda.release} targets architectures up to sm_{top[0]}{top[1]}, so "
+                          f"this build and its CUDA libraries have no kernels for CC {format_cc(cc)}: 'no kernel image "
+                          "is available for execution on the device'",
+                          join_fixes(env_hint(ctx, suggest), "install a torch build for a CUDA that targets "
+                                f"sm_{cc[0]}{cc[1]} (see torch's published builds)"))
+
+
+def rule_torch_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    if ctx.torch_arches is None:
+        if ctx.torch_variant and ctx.ccs and not ctx.torch_is_cpu:
+            yield Finding("not-checked", INFO, f"the GPUs against torch {ctx.torch}: not checked: no data for the "
+                          "arches that build carries", "give them with --torch-arch-list (torch.cuda.get_arch_list())")
+        yield from _beyond_torch_cuda(ctx, suggest)
+        return
+    if ctx.torch_is_cpu:
+        return
+    listed = " ".join(a.sm for a in ctx.torch_arches)
+    # PTX carries a build to newer GPUs when it is of its highest arch (the "+PTX" torch puts on the last one);
+    # 1.x builds' compute_37 beside sm_75 is Kepler's, and only some of their libraries hold it.
+    top = max((a.cc for a in ctx.torch_arches), default=(0, 0))
+    forward = [a for a in ctx.torch_ptx if a.cc >= top]
+    for cc in ctx.ccs:
+        if any(runs_on(a, cc) for a in ctx.torch_arches):
+            continue
+        if any(ptx_runs_on(a, cc) for a in forward):
+            yield Finding("gpu-arch-ptx-jit", INFO,
+                          f"torch has no sm_{cc[0]}{cc[1]} kernels; the driver JIT-compiles its PTX at first use",
+                          "expect a slow first start; a torch build with this arch avoids it")
+            continue
+        yield Finding("gpu-arch-not-in-torch", E,
+                      f"this torch build has no kernels for CC {format_cc(cc)} (it has {listed}): "
+                      "'no kernel image is available for execution on the device'",
+                      join_fixes(env_hint(ctx, suggest), "install a torch build whose arch list includes "
+                            f"sm_{cc[0]}{cc[1]}"))
+
+
+def rule_arch_list_env(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    if ctx.arch_env is None:
+        return
+    sass, ptx = ctx.arch_env
+    targetable = ctx.facts.targetable(ctx.nvcc) if ctx.nvcc else None
+    if targetable:
+        bad = [a for a in sass if a not in targetable]
+        if bad:
+            yield Finding("arch-list-untargetable", E,
+                          f"TORCH_CUDA_ARCH_LIST has {' '.join(map(str, bad))}, which nvcc {ctx.nvcc} cannot target: "
+                          f"'nvcc fatal : Unsupported gpu architecture'",
+                          arch_list_fix(ctx, allow_suffix=True))
+    for cc in ctx.ccs:
+        if not any(runs_on(a, cc) for a in sass) and not any(ptx_runs_on(a, cc) for a in ptx):
+            yield Finding("arch-list-misses-gpu", E,
+                          f"TORCH_CUDA_ARCH_LIST={ctx.combo.torch_cuda_arch_list_env} builds nothing that runs on "
+                          f"CC {format_cc(cc)}", arch_list_fix(ctx, allow_suffix=True))
+
+
+def rule_cpp_extension_arches(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    """torch's cpp_extension checks TORCH_CUDA_ARCH_LIST against its own table, whatever nvcc can do."""
+    release = ctx.torch_release
+    if ctx.arch_env is None or release is None:
+        return
+    sass, ptx = ctx.arch_env
+    unknown = sorted({str(a) for a in [*sass, *ptx] if release.extension.rejected(str(a))})
+    if unknown:
+        listed = " ".join(unknown)
+        yield Finding("arch-list-unknown-to-torch", E,
+                      f"torch {release.release}'s cpp_extension does not know {listed} in TORCH_CUDA_ARCH_LIST: "
+                      f"'ValueError: Unknown CUDA arch ({unknown[0]}) or GPU not supported'",
+                      f"remove {listed} from TORCH_CUDA_ARCH_LIST, or use a torch release whose cpp_extension "
+                      "knows it")
+
+
+def rule_arch_suffix_crash(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    """TORCH_CUDA_ARCH_LIST unset: cpp_extension reads torch's own arch list; older parsers crash on 'sm_90a'."""
+    release = ctx.torch_release
+    suffixed = [a for a in ctx.torch_arches or () if a.suffix]
+    if not (release and suffixed and ctx.ccs and _arch_env_unset(ctx)):
+        return
+    plain = ";".join(sorted({format_cc(implied_arch(ctx, cc).cc) for cc in ctx.ccs}))
+    if release.extension.suffix_crash:
+        yield Finding("arch-list-suffix-crash", E,
+                      f"torch {release.release}'s cpp_extension parses its own arch list ({suffixed[0].sm}) with int() "
+                      "when TORCH_CUDA_ARCH_LIST is unset: 'invalid literal for int() with base 10: "
+                      f"'{suffixed[0].major}{suffixed[0].minor}{suffixed[0].suffix}''",
+                      f"set TORCH_CUDA_ARCH_LIST={plain} before building extensions")
+    elif release.extension.suffix_crash is None:
+        yield Finding("not-checked", INFO,
+                      f"not checked: no data on whether torch {release.release}'s cpp_extension parses {suffixed[0].sm}",
+                      f"set TORCH_CUDA_ARCH_LIST={plain} to be safe")
+
+
+def arch_list_fix(ctx: Context, *, allow_suffix: bool) -> str:
+    from gptforge.compat.archlist import arch_list_for
+    from gptforge.errors import GptforgeError
+
+    if ctx.nvcc and ctx.ccs:
+        try:
+            return f"set TORCH_CUDA_ARCH_LIST={arch_list_for(ctx.ccs, ctx.nvcc, allow_suffix=allow_suffix)}"
+        except GptforgeError:
+            pass
+    return ("set TORCH_CUDA_ARCH_LIST to the compute capabilities of the GPUs present, e.g. 9.0 for H100 "
+            "(nvidia-smi --query-gpu=compute_cap --format=csv)")
