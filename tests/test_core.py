@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from gptforge.compat.gpus import gpu_cc
 from gptforge.core.versions import CudaVersion, cuda_release, parse_cc, parse_cuda
 from gptforge.data.gpt_dataset import build_gpt_datasets
-from gptforge.data.indexed import IndexedDatasetWriter
+from gptforge.data.indexed_writer import IndexedDatasetWriter
 from gptforge.errors import UsageError
 from gptforge.links.libversion import Reading
 from gptforge.probe.cudart import format_runtime_version

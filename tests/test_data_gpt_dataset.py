@@ -11,7 +11,8 @@ import pytest
 
 from gptforge.data.default_corpus import corpus_documents, prepare_default
 from gptforge.data.gpt_dataset import build_gpt_datasets, build_indices, parse_split, split_ranges
-from gptforge.data.indexed import IndexedDataset, IndexedDatasetWriter
+from gptforge.data.indexed import IndexedDataset
+from gptforge.data.indexed_writer import IndexedDatasetWriter
 from gptforge.data.tokenizer import load_tokenizer
 from gptforge.errors import UsageError
 

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from gptforge.data import sample_index as si
 from gptforge.data.gpt_dataset import build_gpt_datasets
-from gptforge.data.indexed import IndexedDataset, IndexedDatasetWriter
+from gptforge.data.indexed import IndexedDataset
+from gptforge.data.indexed_writer import IndexedDatasetWriter
 from gptforge.data.prepare import prepare
 
 _spec = importlib.util.spec_from_file_location("data_megatron", Path(__file__).parent.parent / "bench" / "data_megatron.py")
@@ -119,7 +120,7 @@ def test_gptforge_reads_megatron_builder_files(megatron, tmp_path, dtype):
 
 
 def test_merged_files_equal_megatron_add_index(megatron, tmp_path):
-    from gptforge.data.indexed import merge_datasets
+    from gptforge.data.indexed_writer import merge_datasets
 
     parts = []
     for p in range(3):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import gptforge.data.indexed as indexed
+import gptforge.data.indexed_writer as indexed_writer
 from conftest import gptforge_executable, run_cli
 from gptforge.data.indexed import IndexedDataset, IndexedDatasetError
 from gptforge.data.prepare import prepare
@@ -89,12 +90,12 @@ def test_a_failed_publish_keeps_the_old_pair(tmp_path, corpus, monkeypatch, comm
             raise OSError(28, "No space left on device", str(src))
         return real_replace(src, dst)
 
-    monkeypatch.setattr(indexed.os, "replace", idx_rename_fails)
+    monkeypatch.setattr(indexed_writer.os, "replace", idx_rename_fails)
     with pytest.raises(IndexedDatasetError) as err:
         if command == "prepare":
             prepare([other], tmp_path / "out", progress=False)
         else:
-            indexed.merge_datasets([source], old)
+            indexed_writer.merge_datasets([source], old)
     monkeypatch.undo()
     assert f"{old}.idx" in err.value.one_line() and "unchanged" in err.value.one_line()
     assert contents(tmp_path) == before  # the old pair, byte for byte, and no temporary file

@@ -153,7 +153,7 @@ def test_dispatch_uses_numpy_with_notice_when_not_built(tmp_path, monkeypatch, c
 def test_gpt_dataset_uses_the_compiled_helpers_when_built(builds, tmp_path, monkeypatch, capsys):
     import gptforge.build.helpers as bh
     from gptforge.data.gpt_dataset import build_gpt_datasets
-    from gptforge.data.indexed import IndexedDatasetWriter
+    from gptforge.data.indexed_writer import IndexedDatasetWriter
 
     cache, _, _ = builds
     monkeypatch.setenv("GPTFORGE_CACHE", str(cache))

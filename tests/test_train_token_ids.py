@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gptforge.data.gpt_dataset import build_gpt_datasets
-from gptforge.data.indexed import IndexedDatasetWriter
+from gptforge.data.indexed_writer import IndexedDatasetWriter
 from gptforge.errors import GptforgeError
 from gptforge.train.data import BatchReader, batch
 

@@ -156,7 +156,7 @@ def run_inspect(args) -> int:
 
 
 def run_merge(args) -> int:
-    from gptforge.data.indexed import merge_datasets
+    from gptforge.data.indexed_writer import merge_datasets
 
     ds = merge_datasets(args.input, args.output_prefix)
     report = {"prefix": args.output_prefix, "documents": ds.num_documents, "sequences": len(ds), "tokens": ds.num_tokens}

@@ -27,8 +27,9 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from gptforge.data.indexed import (IndexedDatasetWriter, bin_path, check_not_an_input, check_output_prefix, idx_path,
-                                   optimal_dtype, output_directory)
+from gptforge.data.indexed import (bin_path, check_not_an_input, check_output_prefix, idx_path, optimal_dtype,
+                                   output_directory)
+from gptforge.data.indexed_writer import IndexedDatasetWriter
 from gptforge.data.readers import CorpusError, Record, SkipLog, read_corpus
 from gptforge.data.tokenizer import (PIECE_CHARS, VOCAB_NAME, Tokenizer, check_vocab_size, load_tokenizer, pieces,
                                      publish_trained, train_bytelevel)
