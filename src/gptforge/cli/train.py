@@ -16,6 +16,7 @@ examples:
   gptforge train --run-dir runs/try1 --resume      # continue exactly where it stopped
   torchrun --nproc-per-node 8 -m gptforge train --config gpt2-124m --run-dir runs/124m
   deepspeed --no_local_rank --module gptforge train --config gpt2-124m --deepspeed zero2.json
+  torchrun --nproc-per-node 8 -m gptforge train --config gpt2-350m --fsdp --run-dir runs/350m
 overrides are Megatron-style config keys: key=value (see --list-keys); unknown keys are errors.
 """
 
@@ -33,6 +34,8 @@ def register(subparsers, groups) -> None:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: cuda when present")
     p.add_argument("--deepspeed", metavar="CONFIG", help="train with the DeepSpeed engine and this JSON config "
                    "(ZeRO stage, bf16/fp16); launch with the deepspeed launcher")
+    p.add_argument("--fsdp", action="store_true", help="shard parameters, gradients and optimizer state over the "
+                   "processes (PyTorch FSDP2, each block compiled on its own); launch with torchrun")
     p.add_argument("--json", action="store_true", help="logs to stderr, a JSON summary to stdout")
     p.add_argument("--list-configs", action="store_true", help="print the packaged configs and exit")
     p.add_argument("--list-keys", action="store_true", help="print every config key with its value in --config (and the overrides) and what it means, then exit")
@@ -54,11 +57,14 @@ def register(subparsers, groups) -> None:
 def run_train(args) -> int:
     from rich.console import Console
 
+    from gptforge.errors import UsageError
     from gptforge.train.config import list_keys, load_config, packaged_configs
 
     if args.list_configs:
         print("\n".join(packaged_configs()))
         return 0
+    if args.fsdp and args.deepspeed:
+        raise UsageError("--fsdp", "--fsdp and --deepspeed both given", "pick one sharding engine")
     cfg, path = load_config(args.config, args.overrides)
     if args.list_keys:
         print(list_keys(cfg))
@@ -66,7 +72,7 @@ def run_train(args) -> int:
     from gptforge.train.loop import RunOptions, train
 
     opts = RunOptions(run_dir=args.run_dir, config_name=Path(args.config).stem, resume=args.resume,
-                      device=args.device, deepspeed=args.deepspeed)
+                      device=args.device, deepspeed=args.deepspeed, fsdp=args.fsdp)
     console = Console(stderr=args.json, soft_wrap=True)
     result = train(cfg, opts, console=console)
 

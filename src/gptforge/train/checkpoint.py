@@ -37,7 +37,7 @@ DAMAGED = "the checkpoint is damaged or was changed after it was saved; use an o
 STEP_DIR = re.compile(rf"{PREFIX}(\d+)", re.ASCII)
 # trainer.pt: key -> the types its value may have (None: optional key)
 TRAINER_KEYS = {"step": (int,), "consumed_samples": (int,), "model_shape": (dict,), "model_config": (dict,),
-                "tokenizer": (dict,), "deepspeed": (bool,), "config": (dict,), "world_size": (int,),
+                "tokenizer": (dict,), "deepspeed": (bool,), "fsdp": (bool, None), "config": (dict,), "world_size": (int,),
                 "scheduler": (dict, type(None)), "scaler": (dict, type(None), None)}
 
 

@@ -45,6 +45,7 @@ class RunOptions:
     resume: bool = False
     device: str = "auto"
     deepspeed: str | None = None
+    fsdp: bool = False
 
 
 @dataclass
@@ -269,13 +270,17 @@ class Trainer:
                 if uses_ds != bool(opts.deepspeed):
                     raise UsageError("--resume", f"{self.resume_ckpt.name} was written {'with' if uses_ds else 'without'} DeepSpeed",
                                      "resume with the same engine (--deepspeed CONFIG or none)")
+                uses_fsdp = self.resume_state.get("fsdp", False)
+                if uses_fsdp != opts.fsdp:
+                    raise UsageError("--resume", f"{self.resume_ckpt.name} was written {'with' if uses_fsdp else 'without'} FSDP",
+                                     "resume with the same engine (--fsdp or none)")
                 if changes := rundir.config_changes(self.run_dir, cfg.to_dict()):
                     self.notes.append(changes)
 
     # ---- setup -----------------------------------------------------------------------------------
     def setup(self) -> None:
         cfg = self.cfg
-        self.env, self.device = distributed.init(self.opts.device, bool(self.ds_config))
+        self.env, self.device = distributed.init(self.opts.device, bool(self.ds_config), group=self.opts.fsdp)
         if not self.env.is_main:
             from rich.console import Console
 
@@ -309,6 +314,10 @@ class Trainer:
         float8_note = torchao_float8(cfg, backend, self.model, self.device)
         self.notes += [note for note in (fp8_output_note, loss_epilogue_note, fp8_note, float8_note) if note]
         self.accum = cfg.global_batch_size // (cfg.micro_batch_size * self.env.world_size)
+        if self.opts.fsdp:  # before the optimizer: its parameters become the shards
+            from gptforge.train import fsdp
+
+            self.notes += fsdp.shard(self.model, cfg, precision, self.device, self.env.world_size, compile_arguments(cfg))
         optimizer, opt_note = build_optimizer(self.model, cfg, self.device,
                                               StepShape(precision.name, self.env.launched, self.ds_config is not None,
                                                         self.accum > 1))
@@ -318,6 +327,9 @@ class Trainer:
             self.notes.append("optimizer: " + ("DeepSpeed's, from its config" if "optimizer" in self.ds_config else opt_note))
             if cfg.compile:
                 self.notes.append("torch.compile asked for: not applied under DeepSpeed")
+        elif self.opts.fsdp:
+            self.notes += [f"precision: {precision.note}", f"optimizer: {opt_note}"]
+            self.engine = fsdp.FSDPEngine(self.model, optimizer, cfg, precision, self.accum)
         else:
             self.notes.append(f"precision: {precision.note}")
             self.notes.append(f"optimizer: {opt_note}")
@@ -511,7 +523,7 @@ class Trainer:
                 "step": self.step, "consumed_samples": self.consumed, **extra,
                 "model_shape": self.model.cfg.shape(), "model_config": vars(self.model.cfg).copy(),
                 "config": self.cfg.to_dict(), "tokenizer": vars(self.tokenizer).copy(),
-                "deepspeed": self.ds_config is not None, "world_size": env.world_size,
+                "deepspeed": self.ds_config is not None, "fsdp": self.opts.fsdp, "world_size": env.world_size,
             }
             checkpoint.write_main_files(tmp, self.step, model_state, optim_state, trainer_state)
         distributed.barrier(env)

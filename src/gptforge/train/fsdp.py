@@ -1,0 +1,164 @@
+"""FSDP2: the model's parameters, gradients and optimizer state sharded over the data-parallel ranks
+(``torch.distributed.fsdp.fully_shard``), each transformer block compiled on its own (torchtitan's recipe),
+checkpoints written by every rank with torch.distributed.checkpoint (DCP).
+
+Every block is its own FSDP unit, so its all-gather overlaps the block before it; the root unit holds the
+embeddings (the token table is also the tied output matrix), the final LayerNorm and the loss. Under bf16
+the all-gathered weights are bf16 and gradients are reduce-scattered in float32; the shards, the optimizer
+state and the checkpoint stay float32.
+
+A checkpoint holds ``fsdp/`` (DCP's files: one per rank and the ``.metadata`` index, resharded on load
+when the number of ranks changes) beside the trainer's files, and model.pt with the whole weights for
+``gptforge sample``. DCP reads its index with ``pickle.load``; here it is read by an unpickler that builds
+DCP's own metadata classes and plain values only, so a checkpoint never runs code.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint import metadata as dcp_metadata
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict, set_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from gptforge.errors import GptforgeError, UsageError
+from gptforge.train import checkpoint
+from gptforge.train.config import TrainConfig
+from gptforge.train.engine import TorchEngine
+from gptforge.train.precision import Precision
+
+STATE_DIR = "fsdp"
+# FSDP2 warns of any view its root returns (logits[..., :vocab]); nothing here changes a model output in place
+warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+CUDAGRAPH_MODES = {"reduce-overhead": None, "max-autotune": "max-autotune-no-cudagraphs"}
+
+
+def shard(model: torch.nn.Module, cfg: TrainConfig, precision: Precision, device: torch.device, world_size: int,
+          compile_kwargs: dict) -> list[str]:
+    """Compile (when asked for) and shard MODEL in place; returns the startup notes. Call it before the
+    optimizer is built: the parameters become DTensor shards."""
+    notes = []
+    if cfg.compile:
+        compile_kwargs, note = without_cudagraphs(compile_kwargs)
+        for block in model.blocks:
+            block.compile(**compile_kwargs)
+        notes.append(f"torch.compile: on, each of the {len(model.blocks)} blocks on its own"
+                     f"{note} (first steps include compilation)")
+    mesh = init_device_mesh(device.type, (world_size,))
+    low = precision.name in ("bf16", "fp16")
+    policy = MixedPrecisionPolicy(param_dtype=precision.dtype, reduce_dtype=torch.float32) if low else MixedPrecisionPolicy()
+    last = len(model.blocks) - 1
+    for i, block in enumerate(model.blocks):
+        # the last block's weights are needed again at once by the backward: kept whole between the two
+        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=i < last)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    gathered = f"{precision.name} all-gathers, float32 reduce-scatters" if low else "float32 all-gathers and reduce-scatters"
+    notes.append(f"FSDP2 over {world_size} processes ({device.type}): parameters, gradients and optimizer state "
+                 f"sharded, one unit per block; {gathered}")
+    return notes
+
+
+def without_cudagraphs(compile_kwargs: dict) -> tuple[dict, str]:
+    """torch.compile's arguments with CUDA graphs off (FSDP's collectives run between the compiled blocks),
+    and the note's words for what changed."""
+    if "options" in compile_kwargs:
+        options = {**compile_kwargs["options"], "triton.cudagraphs": False}
+        options.pop("post_grad_custom_post_pass", None)  # the tied-scatter pass needs the whole model in one graph
+        return {"options": options}, ", CUDA graphs off (FSDP's collectives run between the blocks)"
+    mode = compile_kwargs.get("mode")
+    if mode in CUDAGRAPH_MODES:
+        return {"mode": CUDAGRAPH_MODES[mode]}, f", mode {CUDAGRAPH_MODES[mode] or 'default'} ({mode}'s CUDA graphs are off under FSDP)"
+    return compile_kwargs, f", mode {mode or 'default'}"
+
+
+class FSDPEngine(TorchEngine):
+    """TorchEngine's step over sharded parameters: gradients reduce-scattered at the last micro batch only,
+    the clipping norm summed over the shards, the state saved and loaded by every rank."""
+
+    def __init__(self, model, optimizer, cfg: TrainConfig, precision: Precision, accum: int):
+        super().__init__(model, model, optimizer, cfg, precision, accum, ddp=False)
+        self.cudagraphs, self.kept_grads = False, None  # compiled without CUDA graphs (shard)
+        self.whole_weights: dict | None = None
+
+    def micro_step(self, x, y, is_last: bool) -> torch.Tensor:
+        self.model.set_requires_gradient_sync(is_last)
+        return super().micro_step(x, y, is_last)
+
+    def step(self) -> torch.Tensor:
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params], foreach=True)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()  # the shards' partial norms combined over the ranks
+        if self.clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(params, self.clip, norm, foreach=True)
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(**self.zero_grad_kwargs)
+        return norm.detach()
+
+    def state(self) -> tuple[dict | None, None, dict]:
+        extra = {"scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict() if self.scaler else None}
+        return self.whole_weights, None, extra
+
+    def save_collective(self, tmp: Path) -> None:
+        """Every rank writes its shards into TMP/fsdp; rank 0 also keeps the whole weights for model.pt."""
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=tmp / STATE_DIR)
+        self.whole_weights = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True,
+                                                                                       cpu_offload=True))
+
+    def load(self, ckpt: Path, trainer_state: dict) -> None:
+        checkpoint.verify(ckpt)
+        if not (ckpt / STATE_DIR).is_dir():
+            raise UsageError("--resume", f"{ckpt} has no FSDP state", "resume an FSDP run with --fsdp, another run without it")
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        state = {"model": model_state, "optimizer": optimizer_state}
+        dcp.load(state, storage_reader=SafeReader(ckpt / STATE_DIR))
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        self.scheduler.load_state_dict(trainer_state["scheduler"])
+        if self.scaler and trainer_state.get("scaler"):
+            self.scaler.load_state_dict(trainer_state["scaler"])
+
+
+class MetadataUnpickler(pickle.Unpickler):
+    """Builds DCP's metadata classes, torch.Size, dtypes, layouts, paths and plain containers; refuses any
+    other global."""
+
+    ALLOWED = {("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch.serialization", "_get_layout"),
+               ("torch", "Size"), ("pathlib", "PosixPath"), ("collections", "OrderedDict")}
+
+    def find_class(self, module: str, name: str):
+        if module == dcp_metadata.__name__ and isinstance(getattr(dcp_metadata, name, None), type):
+            return getattr(dcp_metadata, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"Unsupported global: {module}.{name}")
+
+
+class SafeReader(FileSystemReader):
+    def read_metadata(self, *args, **kwargs):
+        path = Path(self._get_metadata_path(kwargs.get("rank")))
+        try:
+            metadata = MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
+        except pickle.UnpicklingError as err:
+            raise GptforgeError(f"refused to read {path}: {err}", "use a checkpoint you trust, written by gptforge") from None
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = dcp_metadata.StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
