@@ -187,9 +187,43 @@ def read_deepspeed_config(path: str, cfg: TrainConfig, world_size: int) -> dict:
     return ds
 
 
+def without_cudagraphs(compile_kwargs: dict) -> tuple[dict, str]:
+    """torch.compile's arguments with CUDA graphs off, for an engine whose collectives and hooks run between
+    the compiled pieces (FSDP, DeepSpeed), and the note's words for what changed."""
+    if "options" in compile_kwargs:
+        options = {**compile_kwargs["options"], "triton.cudagraphs": False}
+        options.pop("post_grad_custom_post_pass", None)  # the tied-scatter pass needs the whole model in one graph
+        return {"options": options}, ", CUDA graphs off (the engine's collectives run between compiled pieces)"
+    mode = compile_kwargs.get("mode")
+    if mode in CUDAGRAPH_MODES:
+        return ({"mode": CUDAGRAPH_MODES[mode]},
+                f", mode {CUDAGRAPH_MODES[mode] or 'default'} ({mode}'s CUDA graphs are off under this engine)")
+    return compile_kwargs, f", mode {mode or 'default'}"
+
+
+CUDAGRAPH_MODES = {"reduce-overhead": None, "max-autotune": "max-autotune-no-cudagraphs"}
+
+
+def compile_blocks(model: torch.nn.Module, compile_kwargs: dict) -> str:
+    """Compile each transformer block of MODEL in place, on its own (torchtitan's recipe for sharded engines):
+    a block's gradients are ready, and its collectives can start, as soon as its backward ends. Returns the note."""
+    compile_kwargs, how = without_cudagraphs(compile_kwargs)
+    for block in model.blocks:
+        block.compile(**compile_kwargs)
+    return f"torch.compile: on, each of the {len(model.blocks)} blocks on its own{how} (first steps include compilation)"
+
+
 class DeepSpeedEngine:
-    def __init__(self, raw_model, optimizer, cfg: TrainConfig, ds_config: dict):
+    def __init__(self, raw_model, optimizer, cfg: TrainConfig, ds_config: dict, compile_kwargs: dict | None = None):
+        """COMPILE_KWARGS: torch.compile's arguments; None: eager. Where the DeepSpeed config turns DeepCompile on,
+        the whole module is compiled under the engine (its passes place ZeRO's collectives in the graph);
+        else each block is compiled on its own before the engine wraps the model."""
         import deepspeed
+
+        deep = bool(ds_config.get("compile", {}).get("deepcompile"))
+        self.compile_note = "torch.compile: off (compile=false)"
+        if compile_kwargs is not None and not deep:
+            self.compile_note = compile_blocks(raw_model, compile_kwargs)
 
         self.raw_model = raw_model
         self.ds_config = ds_config
@@ -201,9 +235,14 @@ class DeepSpeedEngine:
         )
         self.zero_stage = ds_config.get("zero_optimization", {}).get("stage", 0)
         self.precision_name = "bf16" if ds_config.get("bf16", {}).get("enabled") else "fp16" if ds_config.get("fp16", {}).get("enabled") else "fp32"
+        if compile_kwargs is not None and deep:
+            compile_kwargs, how = without_cudagraphs(compile_kwargs)
+            self.engine.compile(compile_kwargs=compile_kwargs)
+            self.compile_note = f"torch.compile: on, the whole module under the engine with DeepCompile{how} (first steps include compilation)"
 
-    def describe(self) -> str:
-        return f"DeepSpeed engine: ZeRO stage {self.zero_stage}, {self.precision_name} (from the DeepSpeed config)"
+    def describe(self) -> list[str]:
+        return [f"DeepSpeed engine: ZeRO stage {self.zero_stage}, {self.precision_name} (from the DeepSpeed config)",
+                self.compile_note]
 
     def micro_step(self, x, y, is_last: bool) -> torch.Tensor:
         _, loss = self.engine(x, y)

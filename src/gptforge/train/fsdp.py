@@ -32,26 +32,19 @@ from torch.distributed.tensor import DTensor
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
-from gptforge.train.engine import TorchEngine
+from gptforge.train.engine import TorchEngine, compile_blocks
 from gptforge.train.precision import Precision
 
 STATE_DIR = "fsdp"
 # FSDP2 warns of any view its root returns (logits[..., :vocab]); nothing here changes a model output in place
 warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
-CUDAGRAPH_MODES = {"reduce-overhead": None, "max-autotune": "max-autotune-no-cudagraphs"}
 
 
 def shard(model: torch.nn.Module, cfg: TrainConfig, precision: Precision, device: torch.device, world_size: int,
           compile_kwargs: dict) -> list[str]:
     """Compile (when asked for) and shard MODEL in place; returns the startup notes. Call it before the
     optimizer is built: the parameters become DTensor shards."""
-    notes = []
-    if cfg.compile:
-        compile_kwargs, note = without_cudagraphs(compile_kwargs)
-        for block in model.blocks:
-            block.compile(**compile_kwargs)
-        notes.append(f"torch.compile: on, each of the {len(model.blocks)} blocks on its own"
-                     f"{note} (first steps include compilation)")
+    notes = [compile_blocks(model, compile_kwargs)] if cfg.compile else []
     mesh = init_device_mesh(device.type, (world_size,))
     low = precision.name in ("bf16", "fp16")
     policy = MixedPrecisionPolicy(param_dtype=precision.dtype, reduce_dtype=torch.float32) if low else MixedPrecisionPolicy()
@@ -64,19 +57,6 @@ def shard(model: torch.nn.Module, cfg: TrainConfig, precision: Precision, device
     notes.append(f"FSDP2 over {world_size} processes ({device.type}): parameters, gradients and optimizer state "
                  f"sharded, one unit per block; {gathered}")
     return notes
-
-
-def without_cudagraphs(compile_kwargs: dict) -> tuple[dict, str]:
-    """torch.compile's arguments with CUDA graphs off (FSDP's collectives run between the compiled blocks),
-    and the note's words for what changed."""
-    if "options" in compile_kwargs:
-        options = {**compile_kwargs["options"], "triton.cudagraphs": False}
-        options.pop("post_grad_custom_post_pass", None)  # the tied-scatter pass needs the whole model in one graph
-        return {"options": options}, ", CUDA graphs off (FSDP's collectives run between the blocks)"
-    mode = compile_kwargs.get("mode")
-    if mode in CUDAGRAPH_MODES:
-        return {"mode": CUDAGRAPH_MODES[mode]}, f", mode {CUDAGRAPH_MODES[mode] or 'default'} ({mode}'s CUDA graphs are off under FSDP)"
-    return compile_kwargs, f", mode {mode or 'default'}"
 
 
 class FSDPEngine(TorchEngine):

@@ -322,11 +322,10 @@ class Trainer:
                                               StepShape(precision.name, self.env.launched, self.ds_config is not None,
                                                         self.accum > 1))
         if self.ds_config is not None:
-            self.engine = DeepSpeedEngine(self.model, optimizer, cfg, self.ds_config)
-            self.notes.append(self.engine.describe())
+            self.engine = DeepSpeedEngine(self.model, optimizer, cfg, self.ds_config,
+                                          compile_arguments(cfg) if cfg.compile else None)
+            self.notes += self.engine.describe()
             self.notes.append("optimizer: " + ("DeepSpeed's, from its config" if "optimizer" in self.ds_config else opt_note))
-            if cfg.compile:
-                self.notes.append("torch.compile asked for: not applied under DeepSpeed")
         elif self.opts.fsdp:
             self.notes += [f"precision: {precision.note}", f"optimizer: {opt_note}"]
             self.engine = fsdp.FSDPEngine(self.model, optimizer, cfg, precision, self.accum)
