@@ -1,0 +1,112 @@
+"""On 2 and 4 GPUs: a sharded run (DeepSpeed ZeRO-2, ZeRO-3, FSDP2) killed mid-step resumes to the losses of the
+unbroken run, and two torchrun agents of 2 GPUs each, joined by a c10d rendezvous on 127.0.0.1 as
+tasks/slurm_train.sbatch starts them on two nodes, survive one node's loss: the job is torn down (srun
+--kill-on-bad-exit), requeued with the same command, and continues from the newest checkpoint."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+if GPUS < 2:
+    pytest.skip("needs 2 NVIDIA GPUs", allow_module_level=True)
+
+RUN = ["--config", "gpt2-tiny", "--device", "cuda", "train-iters=30", "save-interval=10", "eval-interval=10",
+       "eval-iters=2", "log-interval=10", "micro-batch-size=8", "global-batch-size=32", "compile=true"]
+ENGINES = {"zero2": ["--deepspeed", "zero2"], "zero3": ["--deepspeed", "zero3"], "fsdp": ["--fsdp"]}
+TOLERANCE = 1e-3
+
+
+def history(run_dir) -> list[tuple]:
+    return [(r["kind"], r["step"], r["loss"]) for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
+
+
+def assert_same_losses(ref, run) -> None:
+    a, b = history(ref), history(run)
+    assert [x[:2] for x in a] == [x[:2] for x in b]
+    worst = max(abs(la - lb) for (_, _, la), (_, _, lb) in zip(a, b))
+    assert worst <= TOLERANCE, (worst, a, b)
+
+
+def env_for(tmp_path, gpus: str, kill_at: str | None = None) -> dict:
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpus, "OMP_NUM_THREADS": "2",
+           "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("GPTFORGE_TEST_KILL_AT", None)
+    return {**env, "GPTFORGE_TEST_KILL_AT": kill_at} if kill_at else env
+
+
+def cache(tmp_path) -> str:
+    return f"data-cache-dir={tmp_path.parent / 'sharded-data-cache'}"  # the corpus prepared once for every test
+
+
+def torchrun(tmp_path, run_dir, engine_args, *extra, nproc=2, kill_at=None):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "gptforge",
+           "train", "--run-dir", str(run_dir), *RUN, cache(tmp_path), *engine_args, *extra]
+    gpus = ",".join(map(str, range(nproc)))
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env_for(tmp_path, gpus, kill_at),
+                          timeout=900)
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_sharded_run_killed_mid_step_resumes_to_the_same_losses(tmp_path, engine):
+    if engine.startswith("zero") and importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("DeepSpeed is not installed")
+    ref = torchrun(tmp_path, tmp_path / "ref", ENGINES[engine])
+    assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
+    killed = torchrun(tmp_path, tmp_path / "run", ENGINES[engine], kill_at="step:17")
+    assert killed.returncode != 0
+    resumed = torchrun(tmp_path, tmp_path / "run", ENGINES[engine], "--resume")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "(step 10)" in resumed.stdout
+    assert_same_losses(tmp_path / "ref", tmp_path / "run")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def agents(tmp_path, run_dir, attempt: int, kill_node_b_at: str | None = None) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """Two nodes as tasks/slurm_train.sbatch starts them: one torchrun each, --nnodes=2, c10d rendezvous, the
+    job's id as the rendezvous id (a requeued job keeps it), --resume on every start."""
+    port, job_id = free_port(), "4242"
+    procs = []
+    for gpus, kill_at in (("0,1", None), ("2,3", kill_node_b_at)):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2", f"--rdzv-id={job_id}",
+               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "-m", "gptforge", "train",
+               "--run-dir", str(run_dir), "--resume", *RUN, cache(tmp_path), "global-batch-size=64", "compile=false"]
+        log = open(tmp_path / f"attempt{attempt}-gpus{gpus.replace(',', '')}.log", "w")
+        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
+                                      env=env_for(tmp_path, gpus, kill_at), start_new_session=True))
+    return procs[0], procs[1]
+
+
+@pytest.mark.skipif(GPUS < 4, reason="needs 4 GPUs")
+def test_two_nodes_lose_one_requeue_and_resume(tmp_path):
+    ref = torchrun(tmp_path, tmp_path / "ref", [], "global-batch-size=64", "compile=false", nproc=4)
+    assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
+
+    node_a, node_b = agents(tmp_path, tmp_path / "run", 1, kill_node_b_at="step:17")
+    assert node_b.wait(timeout=600) != 0  # node B's processes died mid-step 17: its agent gives up
+    os.killpg(node_a.pid, signal.SIGKILL)  # srun --kill-on-bad-exit: the other node's tasks go too
+    node_a.wait(timeout=60)
+    assert (tmp_path / "run" / "checkpoints" / "step_00000010").is_dir()
+    assert not (tmp_path / "run" / "checkpoints" / "step_00000020").exists()
+
+    node_a, node_b = agents(tmp_path, tmp_path / "run", 2)
+    log = (tmp_path / "attempt2-gpus01.log")
+    assert node_a.wait(timeout=600) == 0 and node_b.wait(timeout=600) == 0, log.read_text()[-3000:]
+    assert "(step 10)" in log.read_text()
+    assert_same_losses(tmp_path / "ref", tmp_path / "run")
