@@ -35,3 +35,13 @@ class UsageError(GptforgeError):
         text = f"{flag}: {message}" if flag else message
         super().__init__(text, fix)
         self.flag = flag
+
+
+class FileReadError(GptforgeError):
+    """A file could not be read as what it should be. ``code``: missing, not-regular, unopenable, too-large,
+    too-deep, not-utf8, syntax, alias, tag, value or type (``gptforge.reading`` raises them all)."""
+
+    def __init__(self, path, code: str, reason: str, fix: str | None = None):
+        super().__init__(f"cannot read {path}: {reason}", fix)
+        self.path = path
+        self.code = code

@@ -26,6 +26,9 @@ def not_a_file(path: str | os.PathLike) -> str | None:
         return "is a broken symbolic link" if os.path.islink(path) else "not found"
     except OSError as err:
         return f"cannot be examined ({err.strerror})"
-    if stat.S_ISREG(mode):
-        return None
+    return None if stat.S_ISREG(mode) else mode_words(mode)
+
+
+def mode_words(mode: int) -> str:
+    """What a file of ``mode`` (not a regular one) is: "is a directory", "is a FIFO ...", ..."""
     return next((words for test, words in _KINDS if test(mode)), "is not a regular file")
