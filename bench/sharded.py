@@ -8,7 +8,8 @@ peak memory is the largest per-step reading of torch.cuda.max_memory_allocated o
     python3 bench/sharded.py --gpus 2 --models 124m 350m --engines ddp fsdp zero2 zero3
     python3 bench/sharded.py --weak-scaling 1 4 --models 124m --engines ddp fsdp
 
-Writes OUT/sharded.json, OUT/sharded.md (the table) and OUT/<run>.log; prints the table.
+Writes OUT/sharded.json and OUT/sharded.md (the table; scaling.* for weak scaling) and OUT/<run>.log; prints
+the table.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def command(engine: str, model: str, gpus: int, global_batch: int, args, work: P
     overrides = [f"train-iters={args.steps}", "lr-warmup-iters=10", f"micro-batch-size={args.micro}",
                  f"global-batch-size={global_batch}", "eval-interval=1000000", "eval-iters=1",
                  "save-interval=1000000", "log-interval=10", "hopper-kernels=off", "compile=true"]
+    if args.data_cache_dir:
+        overrides.insert(0, f"data-cache-dir={args.data_cache_dir}")
     cli = ["-m", "gptforge", "train", "--config", f"gpt2-{model}", "--run-dir", str(run_dir)]
     if engine == "fsdp":
         cli.append("--fsdp")
@@ -132,6 +135,7 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--run-timeout", type=int, default=300)
     p.add_argument("--out", type=Path, default=Path("bench-out/sharded"))
+    p.add_argument("--data-cache-dir", help="where the embedded corpus is prepared (default: the config's)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gptforge-sharded-"))
@@ -160,8 +164,9 @@ def main() -> int:
         header = "same global batch: ratio = tokens/s / DDP's"
     text = header + "\n\n" + table(rows, baseline_of)
     print("\n" + text)
-    (args.out / "sharded.md").write_text(text + "\n")
-    (args.out / "sharded.json").write_text(json.dumps(rows, indent=1))
+    name = "scaling" if args.weak_scaling else "sharded"
+    (args.out / f"{name}.md").write_text(text + "\n")
+    (args.out / f"{name}.json").write_text(json.dumps(rows, indent=1))
     return 0 if all(r["rc"] == 0 for r in rows) else 1
 
 

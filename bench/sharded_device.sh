@@ -2,7 +2,7 @@
 # Sharded training on one multi-GPU host, run from the repository root:
 #   bench/sharded_device.sh engines [MODELS] [ENGINES]  # 2 GPUs, same global batch: DDP, ZeRO-2, ZeRO-3, FSDP2
 #   bench/sharded_device.sh tests                       # the multi-GPU tests (kill and resume; two nodes on 4 GPUs)
-#   bench/sharded_device.sh scaling                     # weak scaling 1 vs 4 GPUs, DDP and FSDP2 at 124M
+#   bench/sharded_device.sh scaling [FEW MANY]          # weak scaling (default 1 vs 4 GPUs), DDP and FSDP2 at 124M
 # MODELS default "124m 350m", ENGINES "ddp fsdp zero2 zero3" (bench/sharded.py names DeepSpeed variants too).
 # DeepSpeed must be importable; on a machine without network install carried wheels first by pointing
 # DS_WHEELS at their folder (DeepSpeed built with DS_BUILD_OPS=0, hjson, pydantic and its family).
@@ -20,18 +20,20 @@ if [ -n "${DS_WHEELS:-}" ] && ! $PY -c "import deepspeed" 2>/dev/null; then
 fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 $PY -c "import torch, deepspeed; print('torch', torch.__version__, 'deepspeed', deepspeed.__version__, 'gpus', torch.cuda.device_count())"
+CACHE=${GPTFORGE_BENCH_DATA:-/tmp/gptforge-data}
 $PY -c "from gptforge.train.config import load_config; from gptforge.train.data import prepare_default_corpus
-print(prepare_default_corpus(load_config('gpt2-124m')[0]).prefix)"
+print(prepare_default_corpus(load_config('gpt2-124m', ['data-cache-dir=$CACHE'])[0]).prefix)"
 
 case "$MODE" in
 engines)
     read -r -a MODELS <<< "${2:-124m 350m}"
     read -r -a ENGINES <<< "${3:-ddp fsdp zero2 zero3}"
-    $PY bench/sharded.py --gpus 2 --models "${MODELS[@]}" --engines "${ENGINES[@]}" --out "$OUT" ;;
+    $PY bench/sharded.py --gpus 2 --models "${MODELS[@]}" --engines "${ENGINES[@]}" --out "$OUT" --data-cache-dir "$CACHE" ;;
 tests)
     $PY -m pytest -p no:cacheprovider -n 0 -m gpu -v -rs tests/test_sharded_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" ;;
 scaling)
-    $PY bench/sharded.py --weak-scaling 1 4 --models 124m --engines ddp fsdp --out "$OUT" ;;
+    $PY bench/sharded.py --weak-scaling "${2:-1}" "${3:-4}" --models 124m --engines ddp fsdp --out "$OUT" \
+        --data-cache-dir "$CACHE" ;;
 *)
     echo "unknown mode $MODE: engines, tests or scaling" >&2; exit 2 ;;
 esac
