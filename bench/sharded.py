@@ -73,6 +73,7 @@ def command(engine: str, model: str, gpus: int, global_batch: int, args, work: P
         overrides[-1] = f"compile={str(compiled).lower()}"
     elif engine != "ddp":
         raise SystemExit(f"unknown engine {engine!r}: ddp, fsdp or one of {', '.join(VARIANTS)}")
+    overrides += args.set
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}"]
     return launcher + cli + overrides
 
@@ -135,6 +136,7 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--run-timeout", type=int, default=300)
     p.add_argument("--out", type=Path, default=Path("bench-out/sharded"))
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides for every run")
     p.add_argument("--data-cache-dir", help="where the embedded corpus is prepared (default: the config's)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
