@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -78,6 +79,12 @@ def command(engine: str, model: str, gpus: int, global_batch: int, args, work: P
     return launcher + cli + overrides
 
 
+def first_gpus(n: int) -> str:
+    """The first N of the GPUs this process may use (CUDA_VISIBLE_DEVICES, else all)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return ",".join(visible.split(",")[:n] if visible else map(str, range(n)))
+
+
 def measure(run_dir: Path, warmup: int) -> dict:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["kind"] == "train" and r["step"] > warmup]
@@ -91,13 +98,15 @@ def run_one(name: str, engine: str, model: str, gpus: int, global_batch: int, ar
     run_dir = work / name
     cmd = command(engine, model, gpus, global_batch, args, work, run_dir)
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4"), "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(gpus)))}
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "4"), "CUDA_VISIBLE_DEVICES": first_gpus(gpus)}
     t0 = time.time()
     with open(out / f"{name}.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
         try:
-            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, timeout=args.run_timeout)
-            rc = proc.returncode
-        except subprocess.TimeoutExpired:
+            rc = proc.wait(timeout=args.run_timeout)
+        except subprocess.TimeoutExpired:  # torchrun and its workers go together, freeing the GPUs
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             rc = "timeout"
     row = {"run": name, "engine": engine, "model": model, "gpus": gpus, "global_batch": global_batch,
            "micro_batch": args.micro, "wall_s": round(time.time() - t0, 1), "rc": rc}

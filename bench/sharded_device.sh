@@ -3,6 +3,8 @@
 #   bench/sharded_device.sh engines [MODELS] [ENGINES]  # 2 GPUs, same global batch: DDP, ZeRO-2, ZeRO-3, FSDP2
 #   bench/sharded_device.sh tests                       # the multi-GPU tests (kill and resume; two nodes on 4 GPUs)
 #   bench/sharded_device.sh scaling [FEW MANY]          # weak scaling (default 1 vs 4 GPUs), DDP and FSDP2 at 124M
+#   bench/sharded_device.sh all                         # 4 GPUs: engines on GPUs 0-1 beside the tests on 2-3,
+#                                                       # then weak scaling 1 vs 4 if DEADLINE (seconds) allows
 # MODELS default "124m 350m", ENGINES "ddp fsdp zero2 zero3" (bench/sharded.py names DeepSpeed variants too).
 # DeepSpeed must be importable; on a machine without network install carried wheels first by pointing
 # DS_WHEELS at their folder (DeepSpeed built with DS_BUILD_OPS=0, hjson, pydantic and its family).
@@ -31,6 +33,20 @@ engines)
     $PY bench/sharded.py --gpus 2 --models "${MODELS[@]}" --engines "${ENGINES[@]}" --out "$OUT" --data-cache-dir "$CACHE" ;;
 tests)
     $PY -m pytest -p no:cacheprovider -n 0 -m gpu -v -rs tests/test_sharded_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" ;;
+all)
+    (CUDA_VISIBLE_DEVICES=2,3 $PY -m pytest -p no:cacheprovider -n 0 -m gpu -v -rs tests/test_sharded_gpu.py \
+        > "$OUT/gpu_tests.log" 2>&1; echo "pytest exit status $?" >> "$OUT/gpu_tests.log") &
+    TESTS=$!
+    CUDA_VISIBLE_DEVICES=0,1 $PY bench/sharded.py --gpus 2 --models 124m 350m --engines ddp fsdp zero2 zero3 \
+        --out "$OUT" --data-cache-dir "$CACHE" --steps "${STEPS:-30}" --run-timeout "${RUN_TIMEOUT:-150}" || true
+    wait "$TESTS" || true
+    tail -n 15 "$OUT/gpu_tests.log"
+    if [ $((${DEADLINE:-0} - SECONDS)) -gt 240 ]; then
+        $PY bench/sharded.py --weak-scaling 1 4 --models 124m --engines ddp fsdp --out "$OUT" \
+            --data-cache-dir "$CACHE" --steps "${STEPS:-30}" --run-timeout 100 || true
+    else
+        echo "weak scaling not run: $((${DEADLINE:-0} - SECONDS)) s left before the deadline"
+    fi ;;
 scaling)
     $PY bench/sharded.py --weak-scaling "${2:-1}" "${3:-4}" --models 124m --engines ddp fsdp --out "$OUT" \
         --data-cache-dir "$CACHE" ;;

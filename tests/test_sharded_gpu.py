@@ -27,6 +27,7 @@ RUN = ["--config", "gpt2-tiny", "--device", "cuda", "train-iters=30", "save-inte
 ENGINES = {"zero2": ["--deepspeed", "zero2"], "zero3": ["--deepspeed", "zero3"], "fsdp": ["--fsdp"]}
 TOLERANCE = 1e-3
 PER_NODE = 2 if GPUS >= 4 else 1  # GPUs per simulated node
+TIMEOUT = 300  # seconds for one launch
 
 
 def history(run_dir) -> list[tuple]:
@@ -38,6 +39,13 @@ def assert_same_losses(ref, run) -> None:
     assert [x[:2] for x in a] == [x[:2] for x in b]
     worst = max(abs(la - lb) for (_, _, la), (_, _, lb) in zip(a, b))
     assert worst <= TOLERANCE, (worst, a, b)
+
+
+def gpu_ids(first: int, count: int) -> str:
+    """GPUs FIRST .. FIRST+COUNT-1 of those this process may use, as CUDA_VISIBLE_DEVICES names them."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = visible.split(",") if visible else [str(i) for i in range(GPUS)]
+    return ",".join(names[first:first + count])
 
 
 def env_for(tmp_path, gpus: str, kill_at: str | None = None) -> dict:
@@ -52,12 +60,18 @@ def cache(tmp_path) -> str:
     return f"data-cache-dir={tmp_path.parent / 'sharded-data-cache'}"  # the corpus prepared once for every test
 
 
-def torchrun(tmp_path, run_dir, engine_args, *extra, nproc=2, kill_at=None):
+def torchrun(tmp_path, run_dir, engine_args, *extra, nproc=2, kill_at=None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "gptforge",
            "train", "--run-dir", str(run_dir), *RUN, cache(tmp_path), *engine_args, *extra]
-    gpus = ",".join(map(str, range(nproc)))
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env_for(tmp_path, gpus, kill_at),
-                          timeout=900)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env=env_for(tmp_path, gpu_ids(0, nproc), kill_at), start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers: a hung collective must not hold the GPUs
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(cmd[5:9])} ran past {TIMEOUT} s: {out[-2000:]}{err[-2000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))
@@ -74,6 +88,15 @@ def test_sharded_run_killed_mid_step_resumes_to_the_same_losses(tmp_path, engine
     assert_same_losses(tmp_path / "ref", tmp_path / "run")
 
 
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL an agent and its workers (its session); nothing where they have all exited."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=60)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -86,7 +109,7 @@ def agents(tmp_path, run_dir, attempt: int, kill_node_b_at: str | None = None) -
     port, job_id = free_port(), "4242"
     procs = []
     for node, kill_at in ((0, None), (1, kill_node_b_at)):
-        gpus = ",".join(str(node * PER_NODE + i) for i in range(PER_NODE))
+        gpus = gpu_ids(node * PER_NODE, PER_NODE)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--nproc-per-node={PER_NODE}", f"--rdzv-id={job_id}",
                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "-m", "gptforge", "train",
                "--run-dir", str(run_dir), "--resume", *RUN, cache(tmp_path), "global-batch-size=64", "compile=false"]
@@ -101,14 +124,21 @@ def test_two_nodes_lose_one_requeue_and_resume(tmp_path):
     assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
 
     node_a, node_b = agents(tmp_path, tmp_path / "run", 1, kill_node_b_at="step:17")
-    assert node_b.wait(timeout=600) != 0  # node B's processes died mid-step 17: its agent gives up
-    os.killpg(node_a.pid, signal.SIGKILL)  # srun --kill-on-bad-exit: the other node's tasks go too
-    node_a.wait(timeout=60)
+    try:
+        assert node_b.wait(timeout=TIMEOUT) != 0  # node B's processes died mid-step 17: its agent gives up
+    finally:
+        for node in (node_a, node_b):  # srun --kill-on-bad-exit: the other node's tasks go too
+            kill_group(node)
     assert (tmp_path / "run" / "checkpoints" / "step_00000010").is_dir()
     assert not (tmp_path / "run" / "checkpoints" / "step_00000020").exists()
 
     node_a, node_b = agents(tmp_path, tmp_path / "run", 2)
     log = tmp_path / "attempt2-node0.log"
-    assert node_a.wait(timeout=600) == 0 and node_b.wait(timeout=600) == 0, log.read_text()[-3000:]
+    try:
+        codes = node_a.wait(timeout=TIMEOUT), node_b.wait(timeout=TIMEOUT)
+    finally:
+        for node in (node_a, node_b):
+            kill_group(node)
+    assert codes == (0, 0), log.read_text()[-3000:]
     assert "(step 10)" in log.read_text()
     assert_same_losses(tmp_path / "ref", tmp_path / "run")
