@@ -5,6 +5,7 @@
 #   bench/sharded_device.sh scaling [FEW MANY]          # weak scaling (default 1 vs 4 GPUs), DDP and FSDP2 at 124M
 #   bench/sharded_device.sh all                         # 4 GPUs: engines on GPUs 0-1 beside the tests on 2-3,
 #                                                       # then weak scaling 1 vs 4 if DEADLINE (seconds) allows
+#   bench/sharded_device.sh two                         # 2 GPUs: engines at 124M, the tests, then 350M if DEADLINE allows
 # MODELS default "124m 350m", ENGINES "ddp fsdp zero2 zero3" (bench/sharded.py names DeepSpeed variants too).
 # DeepSpeed must be importable; on a machine without network install carried wheels first by pointing
 # DS_WHEELS at their folder (DeepSpeed built with DS_BUILD_OPS=0, hjson, pydantic and its family).
@@ -46,6 +47,17 @@ all)
             --data-cache-dir "$CACHE" --steps "${STEPS:-30}" --run-timeout 100 || true
     else
         echo "weak scaling not run: $((${DEADLINE:-0} - SECONDS)) s left before the deadline"
+    fi ;;
+two)
+    $PY bench/sharded.py --gpus 2 --models 124m --engines ddp fsdp zero2 zero3 --out "$OUT" \
+        --data-cache-dir "$CACHE" --steps "${STEPS:-30}" --run-timeout "${RUN_TIMEOUT:-120}" || true
+    cp "$OUT/sharded.md" "$OUT/sharded-124m.md" 2>/dev/null || true
+    $PY -m pytest -p no:cacheprovider -n 0 -m gpu -v -rs tests/test_sharded_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" || true
+    if [ $((${DEADLINE:-0} - SECONDS)) -gt 200 ]; then
+        $PY bench/sharded.py --gpus 2 --models 350m --engines ddp fsdp zero2 zero3 --out "$OUT" \
+            --data-cache-dir "$CACHE" --steps 25 --run-timeout 90 || true
+    else
+        echo "350M not run: $((${DEADLINE:-0} - SECONDS)) s left before the deadline"
     fi ;;
 scaling)
     $PY bench/sharded.py --weak-scaling "${2:-1}" "${3:-4}" --models 124m --engines ddp fsdp --out "$OUT" \
