@@ -27,7 +27,7 @@ RUN = ["--config", "gpt2-tiny", "--device", "cuda", "train-iters=30", "save-inte
 ENGINES = {"zero2": ["--deepspeed", "zero2"], "zero3": ["--deepspeed", "zero3"], "fsdp": ["--fsdp"]}
 TOLERANCE = 1e-3
 PER_NODE = 2 if GPUS >= 4 else 1  # GPUs per simulated node
-TIMEOUT = 300  # seconds for one launch
+TIMEOUT = 150  # seconds for one launch
 
 
 def history(run_dir) -> list[tuple]:
