@@ -66,14 +66,14 @@ def command(engine: str, model: str, gpus: int, global_batch: int, args, work: P
     if args.data_cache_dir:
         overrides.insert(0, f"data-cache-dir={args.data_cache_dir}")
     cli = ["-m", "gptforge", "train", "--config", f"gpt2-{model}", "--run-dir", str(run_dir)]
-    if engine == "fsdp":
-        cli.append("--fsdp")
+    if engine in ("fsdp", "fsdp-model"):
+        cli += ["--fsdp", "--fsdp-unit", "model" if engine == "fsdp-model" else "block"]
     elif engine.startswith("zero"):
         path, compiled = deepspeed_config(engine, work)
         cli += ["--deepspeed", str(path)]
         overrides[-1] = f"compile={str(compiled).lower()}"
     elif engine != "ddp":
-        raise SystemExit(f"unknown engine {engine!r}: ddp, fsdp or one of {', '.join(VARIANTS)}")
+        raise SystemExit(f"unknown engine {engine!r}: ddp, fsdp, fsdp-model or one of {', '.join(VARIANTS)}")
     overrides += args.set
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}"]
     return launcher + cli + overrides

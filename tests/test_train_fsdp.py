@@ -25,11 +25,11 @@ def losses(run_dir) -> list[tuple]:
     return [(r["kind"], r["step"], r["loss"]) for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
 
 
-def torchrun(run_dir, cache, *extra, kill_at=None, cwd=None):
+def torchrun(run_dir, cache, unit, *extra, kill_at=None, cwd=None):
     env = {**os.environ, "OMP_NUM_THREADS": "1", **({"GPTFORGE_TEST_KILL_AT": kill_at} if kill_at else {})}
     return subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "gptforge",
-         "train", "--fsdp", "--run-dir", str(run_dir), *SMALL, f"data-cache-dir={cache}", *extra],
+         "train", "--fsdp", "--fsdp-unit", unit, "--run-dir", str(run_dir), *SMALL, f"data-cache-dir={cache}", *extra],
         capture_output=True, text=True, cwd=cwd, env=env, timeout=900)
 
 
@@ -42,7 +42,7 @@ def group():
     distributed.shutdown(env)
 
 
-def tiny_engine(cfg, device, env):
+def tiny_engine(cfg, device, env, unit):
     from gptforge.model import GPT
     from gptforge.model.layers import resolve_backend
     from gptforge.train import checkpoint, fsdp
@@ -52,19 +52,20 @@ def tiny_engine(cfg, device, env):
     checkpoint.seed_all(cfg.seed)
     model = GPT(cfg.model_config(64), resolve_backend(False, False, "auto", 0)).to(device)
     precision = choose("auto", device)
-    fsdp.shard(model, cfg, precision, device, env.world_size, {})
+    fsdp.shard(model, cfg, precision, device, env.world_size, {}, unit)
     optimizer, _ = build_optimizer(model, cfg, device)
-    return fsdp.FSDPEngine(model, optimizer, cfg, precision, accum=2)
+    return fsdp.FSDPEngine(model, optimizer, cfg, precision, accum=2, unit=unit)
 
 
-def test_engine_state_round_trips_through_dcp(group, tmp_path):
+@pytest.mark.parametrize("unit", ["block", "model"])
+def test_engine_state_round_trips_through_dcp(group, tmp_path, unit):
     from gptforge.train import checkpoint
     from gptforge.train.config import load_config
 
     env, device = group
     cfg, _ = load_config("gpt2-tiny", ["num-layers=2", "hidden-size=32", "num-attention-heads=2", "seq-length=16",
                                        "max-position-embeddings=16", "lr-warmup-iters=1"])
-    engine = tiny_engine(cfg, device, env)
+    engine = tiny_engine(cfg, device, env, unit)
     x = torch.randint(0, 64, (4, 16))
     for _ in range(2):
         for micro in range(2):
@@ -76,7 +77,7 @@ def test_engine_state_round_trips_through_dcp(group, tmp_path):
     assert model_state["wte.weight"].shape == (64, 32)  # whole weights for `gptforge sample`, names unchanged
     checkpoint.write_checksums(tmp_path)
 
-    other = tiny_engine(cfg, device, env)
+    other = tiny_engine(cfg, device, env, "block" if unit == "model" else "model")  # either unit reads the other's
     other.load(tmp_path, extra)
     assert other.scheduler.last_epoch == 2
     for (name, a), (_, b) in zip(engine.model.named_parameters(), other.model.named_parameters()):
@@ -114,12 +115,13 @@ def test_fsdp_and_deepspeed_together_is_a_usage_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_process_fsdp_matches_accumulation_and_resumes_exactly(tmp_path_factory, tmp_path):
+@pytest.mark.parametrize("unit", ["block", "model"])
+def test_two_process_fsdp_matches_accumulation_and_resumes_exactly(tmp_path_factory, tmp_path, unit):
     cache = tmp_path_factory.getbasetemp() / "train-data-cache"
     single = run_cli("train", "--run-dir", str(tmp_path / "single"), *SMALL, f"data-cache-dir={cache}",
                      cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
     assert single.returncode == 0, single.stderr[-3000:]
-    ref = torchrun(tmp_path / "ref", cache, cwd=tmp_path)
+    ref = torchrun(tmp_path / "ref", cache, unit, cwd=tmp_path)
     assert ref.returncode == 0, ref.stdout[-2000:] + ref.stderr[-3000:]
     assert "FSDP2 over 2 processes (cpu)" in ref.stdout and "accumulation 2 x data-parallel 2" in ref.stdout
     a, b = losses(tmp_path / "single"), losses(tmp_path / "ref")
@@ -127,13 +129,13 @@ def test_two_process_fsdp_matches_accumulation_and_resumes_exactly(tmp_path_fact
     for (_, _, la), (_, _, lb) in zip(a, b):
         assert lb == pytest.approx(la, rel=1e-4)
 
-    killed = torchrun(tmp_path / "run", cache, kill_at="step:5", cwd=tmp_path)
+    killed = torchrun(tmp_path / "run", cache, unit, kill_at="step:5", cwd=tmp_path)
     assert killed.returncode != 0 and "SIGKILL" in killed.stderr
     assert (tmp_path / "run" / "checkpoints" / "step_00000003" / "fsdp" / "__1_0.distcp").is_file()
     other_engine = run_cli("train", "--run-dir", str(tmp_path / "run"), *SMALL, f"data-cache-dir={cache}", "--resume",
                            cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
     assert other_engine.returncode == 2 and "written with FSDP" in other_engine.stderr
-    resumed = torchrun(tmp_path / "run", cache, "--resume", cwd=tmp_path)
+    resumed = torchrun(tmp_path / "run", cache, unit, "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
     assert losses(tmp_path / "run") == losses(tmp_path / "ref")  # bit for bit on CPU
 

@@ -35,7 +35,9 @@ def register(subparsers, groups) -> None:
     p.add_argument("--deepspeed", metavar="CONFIG", help="train with the DeepSpeed engine and this JSON config "
                    "(ZeRO stage, bf16/fp16); launch with the deepspeed launcher")
     p.add_argument("--fsdp", action="store_true", help="shard parameters, gradients and optimizer state over the "
-                   "processes (PyTorch FSDP2, each block compiled on its own); launch with torchrun")
+                   "processes with PyTorch FSDP2; launch with torchrun")
+    p.add_argument("--fsdp-unit", choices=("block", "model"), help="with --fsdp: block (default; each block gathered "
+                   "when needed, the least memory) or model (gathered once per micro batch, fewest collectives)")
     p.add_argument("--json", action="store_true", help="logs to stderr, a JSON summary to stdout")
     p.add_argument("--list-configs", action="store_true", help="print the packaged configs and exit")
     p.add_argument("--list-keys", action="store_true", help="print every config key with its value in --config (and the overrides) and what it means, then exit")
@@ -65,6 +67,8 @@ def run_train(args) -> int:
         return 0
     if args.fsdp and args.deepspeed:
         raise UsageError("--fsdp", "--fsdp and --deepspeed both given", "pick one sharding engine")
+    if args.fsdp_unit and not args.fsdp:
+        raise UsageError("--fsdp-unit", "given without --fsdp", "add --fsdp, or leave --fsdp-unit out")
     cfg, path = load_config(args.config, args.overrides)
     if args.list_keys:
         print(list_keys(cfg))
@@ -72,7 +76,8 @@ def run_train(args) -> int:
     from gptforge.train.loop import RunOptions, train
 
     opts = RunOptions(run_dir=args.run_dir, config_name=Path(args.config).stem, resume=args.resume,
-                      device=args.device, deepspeed=args.deepspeed, fsdp=args.fsdp)
+                      device=args.device, deepspeed=args.deepspeed,
+                      fsdp=(args.fsdp_unit or "block") if args.fsdp else None)
     console = Console(stderr=args.json, soft_wrap=True)
     result = train(cfg, opts, console=console)
 

@@ -32,7 +32,7 @@ from torch.distributed.tensor import DTensor
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
-from gptforge.train.engine import TorchEngine, compile_blocks
+from gptforge.train.engine import TorchEngine, compile_blocks, without_cudagraphs
 from gptforge.train.precision import Precision
 
 STATE_DIR = "fsdp"
@@ -40,22 +40,40 @@ STATE_DIR = "fsdp"
 warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
 
 
+UNITS = ("block", "model")
+
+
 def shard(model: torch.nn.Module, cfg: TrainConfig, precision: Precision, device: torch.device, world_size: int,
-          compile_kwargs: dict) -> list[str]:
+          compile_kwargs: dict, unit: str = "block") -> list[str]:
     """Compile (when asked for) and shard MODEL in place; returns the startup notes. Call it before the
-    optimizer is built: the parameters become DTensor shards."""
-    notes = [compile_blocks(model, compile_kwargs)] if cfg.compile else []
+    optimizer is built: the parameters become DTensor shards.
+
+    UNIT "block": each block its own FSDP unit, gathered before its forward and again before its backward, so at
+    most about two blocks are whole at once (the least memory; a block's collectives overlap its neighbour's
+    compute). "model": one unit, gathered once per micro batch and kept whole through its backward, the forward
+    compiled as one graph as under DDP (sharded optimizer state and gradients, whole weights while stepping:
+    fewest collectives and hooks, for models whose whole bf16 weights fit beside the activations)."""
     mesh = init_device_mesh(device.type, (world_size,))
     low = precision.name in ("bf16", "fp16")
     policy = MixedPrecisionPolicy(param_dtype=precision.dtype, reduce_dtype=torch.float32) if low else MixedPrecisionPolicy()
-    last = len(model.blocks) - 1
-    for i, block in enumerate(model.blocks):
-        # the last block's weights are needed again at once by the backward: kept whole between the two
-        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=i < last)
-    fully_shard(model, mesh=mesh, mp_policy=policy)
+    notes = []
+    if unit == "block":
+        notes += [compile_blocks(model, compile_kwargs)] if cfg.compile else []
+        last = len(model.blocks) - 1
+        for i, block in enumerate(model.blocks):
+            # the last block's weights are needed again at once by the backward: kept whole between the two
+            fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=i < last)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+    else:
+        fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
+        if cfg.compile:  # the forward alone: FSDP's hooks run around it, outside the graph
+            kwargs, how = without_cudagraphs(compile_kwargs)
+            model.forward = torch.compile(model.forward, **kwargs)
+            notes.append(f"torch.compile: on, the whole forward as one graph{how} (first steps include compilation)")
     gathered = f"{precision.name} all-gathers, float32 reduce-scatters" if low else "float32 all-gathers and reduce-scatters"
+    units = "one unit per block" if unit == "block" else "one unit, whole weights kept through each micro batch"
     notes.append(f"FSDP2 over {world_size} processes ({device.type}): parameters, gradients and optimizer state "
-                 f"sharded, one unit per block; {gathered}")
+                 f"sharded, {units}; {gathered}")
     return notes
 
 
@@ -63,13 +81,16 @@ class FSDPEngine(TorchEngine):
     """TorchEngine's step over sharded parameters: gradients reduce-scattered at the last micro batch only,
     the clipping norm summed over the shards, the state saved and loaded by every rank."""
 
-    def __init__(self, model, optimizer, cfg: TrainConfig, precision: Precision, accum: int):
+    def __init__(self, model, optimizer, cfg: TrainConfig, precision: Precision, accum: int, unit: str = "block"):
         super().__init__(model, model, optimizer, cfg, precision, accum, ddp=False)
         self.cudagraphs, self.kept_grads = False, None  # compiled without CUDA graphs (shard)
+        self.keep_whole = unit == "model"
         self.whole_weights: dict | None = None
 
     def micro_step(self, x, y, is_last: bool) -> torch.Tensor:
         self.model.set_requires_gradient_sync(is_last)
+        if self.keep_whole:  # the next micro batch uses the weights as they are: no gather again
+            self.model.set_reshard_after_backward(is_last)
         return super().micro_step(x, y, is_last)
 
     def step(self) -> torch.Tensor:

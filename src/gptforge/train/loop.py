@@ -45,7 +45,7 @@ class RunOptions:
     resume: bool = False
     device: str = "auto"
     deepspeed: str | None = None
-    fsdp: bool = False
+    fsdp: str | None = None  # the FSDP unit: "block" or "model"; None: no FSDP
 
 
 @dataclass
@@ -271,7 +271,7 @@ class Trainer:
                     raise UsageError("--resume", f"{self.resume_ckpt.name} was written {'with' if uses_ds else 'without'} DeepSpeed",
                                      "resume with the same engine (--deepspeed CONFIG or none)")
                 uses_fsdp = self.resume_state.get("fsdp", False)
-                if uses_fsdp != opts.fsdp:
+                if uses_fsdp != bool(opts.fsdp):
                     raise UsageError("--resume", f"{self.resume_ckpt.name} was written {'with' if uses_fsdp else 'without'} FSDP",
                                      "resume with the same engine (--fsdp or none)")
                 if changes := rundir.config_changes(self.run_dir, cfg.to_dict()):
@@ -280,7 +280,7 @@ class Trainer:
     # ---- setup -----------------------------------------------------------------------------------
     def setup(self) -> None:
         cfg = self.cfg
-        self.env, self.device = distributed.init(self.opts.device, bool(self.ds_config), group=self.opts.fsdp)
+        self.env, self.device = distributed.init(self.opts.device, bool(self.ds_config), group=bool(self.opts.fsdp))
         if not self.env.is_main:
             from rich.console import Console
 
@@ -317,7 +317,8 @@ class Trainer:
         if self.opts.fsdp:  # before the optimizer: its parameters become the shards
             from gptforge.train import fsdp
 
-            self.notes += fsdp.shard(self.model, cfg, precision, self.device, self.env.world_size, compile_arguments(cfg))
+            self.notes += fsdp.shard(self.model, cfg, precision, self.device, self.env.world_size, compile_arguments(cfg),
+                                     self.opts.fsdp)
         optimizer, opt_note = build_optimizer(self.model, cfg, self.device,
                                               StepShape(precision.name, self.env.launched, self.ds_config is not None,
                                                         self.accum > 1))
@@ -328,7 +329,7 @@ class Trainer:
             self.notes.append("optimizer: " + ("DeepSpeed's, from its config" if "optimizer" in self.ds_config else opt_note))
         elif self.opts.fsdp:
             self.notes += [f"precision: {precision.note}", f"optimizer: {opt_note}"]
-            self.engine = fsdp.FSDPEngine(self.model, optimizer, cfg, precision, self.accum)
+            self.engine = fsdp.FSDPEngine(self.model, optimizer, cfg, precision, self.accum, self.opts.fsdp)
         else:
             self.notes.append(f"precision: {precision.note}")
             self.notes.append(f"optimizer: {opt_note}")
@@ -522,7 +523,7 @@ class Trainer:
                 "step": self.step, "consumed_samples": self.consumed, **extra,
                 "model_shape": self.model.cfg.shape(), "model_config": vars(self.model.cfg).copy(),
                 "config": self.cfg.to_dict(), "tokenizer": vars(self.tokenizer).copy(),
-                "deepspeed": self.ds_config is not None, "fsdp": self.opts.fsdp, "world_size": env.world_size,
+                "deepspeed": self.ds_config is not None, "fsdp": bool(self.opts.fsdp), "world_size": env.world_size,
             }
             checkpoint.write_main_files(tmp, self.step, model_state, optim_state, trainer_state)
         distributed.barrier(env)
