@@ -216,14 +216,19 @@ def compile_blocks(model: torch.nn.Module, compile_kwargs: dict) -> str:
 class DeepSpeedEngine:
     def __init__(self, raw_model, optimizer, cfg: TrainConfig, ds_config: dict, compile_kwargs: dict | None = None):
         """COMPILE_KWARGS: torch.compile's arguments; None: eager. Where the DeepSpeed config turns DeepCompile on,
-        the whole module is compiled under the engine (its passes place ZeRO's collectives in the graph);
-        else each block is compiled on its own before the engine wraps the model."""
+        the whole module is compiled under the engine (its passes place ZeRO's collectives in the graph); else
+        under ZeRO-1/2 each block is compiled on its own before the engine wraps the model, and under ZeRO-3 the
+        step stays eager: its hooks swap each layer's weights in and out, and every block recompiles until
+        torch.compile's recompile limit sends it back to eager anyway."""
         import deepspeed
 
         deep = bool(ds_config.get("compile", {}).get("deepcompile"))
+        stage = ds_config.get("zero_optimization", {}).get("stage", 0)
         self.compile_note = "torch.compile: off (compile=false)"
         if compile_kwargs is not None and not deep:
-            self.compile_note = compile_blocks(raw_model, compile_kwargs)
+            self.compile_note = (compile_blocks(raw_model, compile_kwargs) if stage < 3 else
+                                 'torch.compile: off under ZeRO-3 without DeepCompile (its parameter gathering '
+                                 'recompiles every block); "compile": {"deepcompile": true} in the DeepSpeed config compiles it')
 
         self.raw_model = raw_model
         self.ds_config = ds_config
@@ -233,7 +238,7 @@ class DeepSpeedEngine:
             model_parameters=param_groups(raw_model, cfg.weight_decay) if client_opt is None else None,
             lr_scheduler=lambda opt: build_scheduler(opt, cfg), config=ds_config,
         )
-        self.zero_stage = ds_config.get("zero_optimization", {}).get("stage", 0)
+        self.zero_stage = stage
         self.precision_name = "bf16" if ds_config.get("bf16", {}).get("enabled") else "fp16" if ds_config.get("fp16", {}).get("enabled") else "fp32"
         if compile_kwargs is not None and deep:
             compile_kwargs, how = without_cudagraphs(compile_kwargs)
