@@ -40,3 +40,32 @@ def test_python_table_reads_the_wheel_tags():
                                   "torch-2.2.0.tar.gz"])
     assert 'version = "2.2.0"\npython = ["3.8", "3.12"]' in table
     assert "2.9.0" not in table  # free-threaded only
+
+
+def test_the_2026_corpus_states_each_report_fully():
+    from compat_corpus import reports_2026
+
+    rows = reports_2026()
+    assert len(rows) >= 40
+    for row in rows:
+        assert row["url"].startswith("https://") and row["args"] and row["saw"] and row["cause"], row["url"]
+        assert row["verdict"] in ("fails", "works") and row["part"] in ("dev", "held-out"), row["url"]
+        assert (row["verdict"] == "works") == (not row["expect"]), row["url"]
+
+
+def test_the_2026_dev_part_is_at_least_90_percent_right_with_no_false_alarm():
+    from compat_corpus import score_2026
+
+    outcomes = score_2026("dev")
+    assert not outcomes["false alarm"], [r["url"] for r, _ in outcomes["false alarm"]]
+    expressible = len(outcomes["right"]) + len(outcomes["missed"])
+    assert len(outcomes["right"]) / expressible >= 0.9
+
+
+def test_the_2026_held_out_part_keeps_its_first_score_and_raises_no_false_alarm():
+    # Scored once, after the engine's work on the dev part was done; a regression floor, never a target to fit.
+    from compat_corpus import score_2026
+
+    outcomes = score_2026("held-out")
+    assert not outcomes["false alarm"], [r["url"] for r, _ in outcomes["false alarm"]]
+    assert len(outcomes["right"]) >= 17

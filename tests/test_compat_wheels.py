@@ -50,9 +50,15 @@ def test_a_wheel_for_another_torch_minor_cuda_major_abi_or_python_is_an_error():
 
 
 def test_an_abi_the_tables_do_not_know_is_not_checked_not_ok():
-    findings = check(Combination(torch="2.3.0+cu121", wheels=(FA_954,)))
+    """torch 2.13 for CUDA 12.9 is a conda-forge build: torch_abi.toml holds the PyPI builds' ABI only."""
+    wheel = "flash_attn-2.8.3+cu12torch2.13cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"
+    findings = check(Combination(torch="2.13.0", torch_cuda="12.9", wheels=(wheel,)))
     assert not [f for f in findings if f.severity is Severity.ERROR]
-    assert any(f.code == "not-checked" and "C++ ABI of torch 2.3.0" in f.message for f in findings)
+    assert any(f.code == "not-checked" and "C++ ABI of torch 2.13.0" in f.message for f in findings)
+
+
+def test_torch_2_3_wheels_use_the_pre_cxx11_abi():
+    assert errors(torch="2.3.0+cu121", wheels=(FA_954,)) == {"wheel-abi-mismatch"}
 
 
 def test_a_wheel_version_stands_for_the_project_and_needs_no_nvcc():

@@ -90,6 +90,7 @@ def _add_gpu_flags(parser: argparse.ArgumentParser) -> None:
 def register(subparsers, groups) -> None:
     from gptforge.compat import parse_clang, parse_cuda, parse_cudnn, parse_gcc, parse_nccl, parse_python, parse_torch
     from gptforge.core.versions import parse_release
+    from gptforge.compat.host_libs import parse_glibc, parse_glibcxx
     from gptforge.compat.wheels import read_wheel
 
     commands = group(subparsers, groups, "compat", "check version combinations; pick an environment")
@@ -124,6 +125,13 @@ def register(subparsers, groups) -> None:
                        help="a prebuilt extension wheel, as a .whl file or its file name "
                             "(flash_attn-2.5.5+cu118torch2.2cxx11abiFALSE-cp38-cp38-linux_x86_64.whl): its torch, "
                             "CUDA major, C++ ABI and Python are checked; repeat for several")
+    _version_flag(check, "--glibc", parse_glibc, "X.Y", "the host's glibc, e.g. 2.17 (ldd --version): against the "
+                  "manylinux floor of torch's and the extensions' wheels")
+    _version_flag(check, "--libstdcxx", parse_glibcxx, "V", "the newest GLIBCXX the loaded libstdc++ provides, e.g. "
+                  "3.4.30 or GLIBCXX_3.4.30 (strings libstdc++.so.6 | grep GLIBCXX): against the gcc that builds "
+                  "extensions (--gcc)")
+    _version_flag(check, "--torch-cudnn", parse_cudnn, "V", "the cuDNN torch was built with, e.g. 8.9.2 (the "
+                  "'compiled against' version torch prints); --cudnn is the one found at run time")
     check.set_defaults(func=run_check)
 
     recommend = commands.add_parser("recommend", help="pick the environment that fits a machine",
@@ -153,6 +161,7 @@ def combination_from_args(args):
         deepspeed=args.deepspeed, transformer_engine=args.transformer_engine,
         torch_cuda_arch_list_env=args.arch_list, flash_attn=args.flash_attn,
         fp8=args.fp8 or bool(args.recipe), recipe=args.recipe, wheels=tuple(args.wheels) if args.wheels else None,
+        glibc=args.glibc, libstdcxx=args.libstdcxx, torch_cudnn=args.torch_cudnn,
     )
 
 

@@ -21,6 +21,9 @@ class Combination:
     fp8             the run trains in FP8 (TransformerEngine's fp8_autocast)
     recipe          the TransformerEngine FP8 recipe: delayed-scaling, current-scaling,
                     float8-block-scaling, mxfp8 or nvfp4
+    glibc           the host's glibc ("2.31", ldd --version)
+    libstdcxx       the newest GLIBCXX version the loaded libstdc++ provides ("3.4.30" or "GLIBCXX_3.4.30")
+    torch_cudnn     the cuDNN torch was built with ("8.9.2"), against ``cudnn``, the one found at run time
     wheels          prebuilt extension wheels, as file paths or file names
                     ("flash_attn-2.5.5+cu118torch2.2cxx11abiFALSE-cp38-cp38-linux_x86_64.whl"), or
                     installed builds (compat.wheels.installed_builds) as WheelBuild objects
@@ -45,3 +48,6 @@ class Combination:
     fp8: bool = False
     recipe: str | None = None
     wheels: tuple | None = None
+    glibc: str | None = None
+    libstdcxx: str | None = None
+    torch_cudnn: str | None = None

@@ -13,6 +13,7 @@ from packaging.version import Version
 from gptforge.compat.arches import CC, Arch, parse_arch, parse_arch_list
 from gptforge.compat.combination import Combination
 from gptforge.compat.facts import Facts, TorchRelease, TorchVariant
+from gptforge.compat.host_libs import parse_glibc, parse_glibcxx
 from gptforge.compat.wheels import PROJECT_FIELDS, WheelBuild, read_wheel
 from gptforge.compat.findings import Finding, Severity
 from gptforge.core.versions import (
@@ -53,8 +54,12 @@ class Context:
     deepspeed: Version | None = None
     transformer_engine: Version | None = None
     flash_attn: Version | None = None
+    glibc: Version | None = None
+    libstdcxx: Version | None = None
+    torch_cudnn: Version | None = None
     arch_env: tuple[list[Arch], list[Arch]] | None = None
     wheels: tuple[WheelBuild, ...] = ()
+    pypi_default: bool = False  # torch_cuda is that of PyPI's wheel of an untagged torch version
     prebuilt: frozenset[str] = frozenset()  # fields whose version came from a prebuilt wheel
     problems: list[Finding] = field(default_factory=list)
 
@@ -152,11 +157,16 @@ def build_context(combo: Combination, facts: Facts) -> Context:
                 f"torch {ctx.torch} is a CUDA {ctx.torch.cuda} build but torch_cuda says {ctx.torch_cuda}; "
                 f"using {ctx.torch.cuda}", "drop one of the two, they must agree"))
         ctx.torch_cuda = ctx.torch.cuda
+    if ctx.torch and ctx.torch_cuda is None and ctx.torch.local is None and ctx.nvcc is None:
+        # an untagged version is the wheel `pip install torch==X` takes from PyPI; beside a CUDA toolkit it may as
+        # well be a conda or locally built torch for that toolkit, so it stays unknown there
+        ctx.torch_cuda = facts.pypi_default_cuda(ctx.torch.version)
+        ctx.pypi_default = ctx.torch_cuda is not None
     if ctx.torch:
         ctx.torch_release = facts.torch_release(ctx.torch.release)
         if ctx.torch_release and ctx.torch_cuda:
             # a +cuXYZ tag is a download.pytorch.org wheel; an untagged version may be any build
-            channel = "pypi" if ctx.torch.cuda else None
+            channel = "pypi" if ctx.torch.cuda or ctx.pypi_default else None
             ctx.torch_variant = ctx.torch_release.variant(ctx.torch_cuda, channel)
     _torch_arches(ctx)
     ctx.python = _read(ctx, "python", combo.python, parse_python)
@@ -168,6 +178,9 @@ def build_context(combo: Combination, facts: Facts) -> Context:
     ctx.transformer_engine = _read(ctx, "transformer_engine", combo.transformer_engine,
                                    lambda v: parse_release(v, "TransformerEngine"))
     ctx.flash_attn = _read(ctx, "flash_attn", combo.flash_attn, lambda v: parse_release(v, "flash-attn"))
+    ctx.glibc = _read(ctx, "glibc", combo.glibc, parse_glibc)
+    ctx.libstdcxx = _read(ctx, "libstdcxx", combo.libstdcxx, parse_glibcxx)
+    ctx.torch_cudnn = _read(ctx, "torch_cudnn", combo.torch_cudnn, parse_cudnn)
     _wheels(ctx)
     ctx.arch_env = _read(ctx, "TORCH_CUDA_ARCH_LIST", _arch_list_env(combo.torch_cuda_arch_list_env, facts),
                          parse_arch_list)

@@ -96,6 +96,7 @@ class TorchRelease:
     variants: tuple[TorchVariant, ...]
     source: str
     extension: CppExtension = CppExtension()
+    pypi_cuda: CudaVersion | None = None  # the CUDA of the release's PyPI wheels, where their METADATA pins none
 
     def variant(self, cuda: CudaVersion, channel: str | None = None) -> TorchVariant | None:
         found = [v for v in self.variants if _cuda_key(v.cuda) == _cuda_key(cuda)]
@@ -125,12 +126,15 @@ class Facts:
     known_arches: tuple[Arch, ...] = ()
     renames: dict[Arch, tuple[Arch, tuple[int, int]]] = field(default_factory=dict)
     torch_named_arches: tuple[tuple[str, str], ...] = ()
+    nvcc_default_arch: dict[tuple[int, int], Arch] = field(default_factory=dict)
     torch: dict[str, TorchRelease] = field(default_factory=dict)
     cxx_gcc_min: dict[int, Version] = field(default_factory=dict)
     cxx_nvcc_min: dict[int, CudaVersion] = field(default_factory=dict)
     cudnn: tuple[CudnnRow, ...] = ()
     extensions: dict = field(default_factory=dict)
     torch_python: dict[str, tuple[Version, ...]] = field(default_factory=dict)
+    torch_glibc: dict[str, Version] = field(default_factory=dict)  # torch version -> its PyPI wheels' glibc floor
+    pypi_cuda: dict[str, CudaVersion] = field(default_factory=dict)  # torch version -> the CUDA of its PyPI wheel
 
     # --- drivers -------------------------------------------------------------------------
 
@@ -170,6 +174,13 @@ class Facts:
     def torch_release(self, release: str) -> TorchRelease | None:
         return self.torch.get(release)
 
+    def pypi_default_cuda(self, torch_version: Version) -> CudaVersion | None:
+        """The CUDA of the wheel `pip install torch==X` takes from PyPI (None: not recorded)."""
+        found = self.pypi_cuda.get(torch_version.public)
+        if found is None and (release := self.torch.get(f"{torch_version.major}.{torch_version.minor}")):
+            found = release.pypi_cuda
+        return found
+
     def python_tags(self, torch_version: Version) -> tuple[Version, ...] | None:
         """The Pythons PyPI has linux x86_64 wheels of this exact torch version for (None: not recorded)."""
         return self.torch_python.get(torch_version.base_version)
@@ -204,6 +215,9 @@ def _load_arches(facts: Facts) -> None:
     facts.torch_named_arches = tuple((name, arches) for name, arches in table["torch_named_arches"]["names"])
     for old, rename in table.get("renames", {}).items():
         facts.renames[parse_arch(old)] = (parse_arch(rename["to"]), _cuda_key(parse_cuda(rename["since"])))
+    for row in table.get("nvcc_default_arch", []):
+        for cuda in row["cuda"]:
+            facts.nvcc_default_arch[_cuda_key(parse_cuda(cuda))] = parse_arch(row["arch"])
     for row in table["nvcc"]:
         arches = tuple(parse_arch(a) for a in row["arches"].split())
         for cuda in row["cuda"]:
@@ -237,21 +251,24 @@ def _load_torch(facts: Facts) -> None:
         if "nvcc_min" in row:
             facts.cxx_nvcc_min[row["std"]] = parse_cuda(row["nvcc_min"])
     extensions = _cpp_extensions(table.get("cpp_extension", []))
-    pins = _pypi_pins()
+    pins = _pypi_pins(facts)
     for row in table["release"]:
         low, high = (Version(p) for p in row["python"])
         variants = tuple(_with_pins(_variant(v, row["source"]), pins.get((row["version"], v["cuda"])))
                          for v in row.get("variant", []))
+        pypi_cuda = parse_cuda(row["pypi_cuda"]) if "pypi_cuda" in row else None
         facts.torch[row["version"]] = TorchRelease(row["version"], (low, high), row["cxx"], variants, row["source"],
-                                                   extensions.get(row["version"], CppExtension()))
+                                                   extensions.get(row["version"], CppExtension()), pypi_cuda)
     python = load_table("torch_python.toml")
     facts.torch_python = {row["version"]: tuple(Version(p) for p in row["python"]) for row in python["wheel"]}
+    facts.torch_glibc = {row["version"]: Version(row["glibc"]) for row in python["wheel"] if "glibc" in row}
 
 
-def _pypi_pins() -> dict[tuple[str, str], dict[str, set[str]]]:
+def _pypi_pins(facts: Facts) -> dict[tuple[str, str], dict[str, set[str]]]:
     """(torch release, CUDA) -> the cuDNN and NCCL versions its PyPI wheels pin (torch_pypi_builds.toml)."""
     pins: dict[tuple[str, str], dict[str, set[str]]] = {}
     for row in load_table("torch_pypi_builds.toml")["wheel"]:
+        facts.pypi_cuda[row["version"]] = parse_cuda(row["cuda"])
         release = ".".join(row["version"].split(".")[:2])
         found = pins.setdefault((release, row["cuda"]), {"cudnn": set(), "nccl": set()})
         for key in ("cudnn", "nccl"):

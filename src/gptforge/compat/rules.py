@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterable, Iterator
 
 from packaging.version import Version
 
-from gptforge.compat import project_envs
+from gptforge.compat import host_rules, project_envs
 from gptforge.compat.arches import CC, Arch, best_cubin, parse_arch, ptx_runs_on, runs_on
 from gptforge.compat.combination import Combination
 from gptforge.compat.context import Context, build_context
-from gptforge.compat.facts import facts, release_row
+from gptforge.compat.facts import facts, load_table, release_row
 from gptforge.compat.findings import Finding, Severity, no_data, unique
 from gptforge.core.versions import CudaVersion, DriverVersion, format_cc, parse_cuda
 from gptforge.compat.wheel_rules import rule_wheels
@@ -80,6 +80,15 @@ def rule_driver(ctx: Context, suggest: bool) -> Iterator[Finding]:
                    else f"CUDA {cuda.release} needs driver >= {floor} (no minor-version compatibility)")
             yield Finding("driver-too-old", E, f"driver {ctx.driver} is too old for {who}: {why}",
                           _join(_env_hint(ctx, suggest), f"upgrade the NVIDIA driver to >= {floor}"))
+        elif toolkit and ctx.driver < toolkit and (jit := _needs_ptx_jit(ctx, cuda)):
+            yield Finding("ptx-newer-than-driver", E,
+                          f"driver {ctx.driver} runs {who} only through minor-version compatibility (the toolkit's "
+                          f"own driver is {toolkit}), and a CUDA program nvcc builds with its default arch "
+                          f"({jit[0].sm}) reaches CC {format_cc(jit[1])} only through PTX, which this driver cannot "
+                          "JIT-compile: 'the provided PTX was compiled with an unsupported toolchain' "
+                          "(cudaErrorUnsupportedPtxVersion)",
+                          f"upgrade the driver to >= {toolkit}, or build SASS for the GPU "
+                          f"(-arch=sm_{jit[1][0]}{jit[1][1]}, CMAKE_CUDA_ARCHITECTURES={jit[1][0]}{jit[1][1]})")
         elif toolkit and ctx.driver < toolkit:
             yield Finding(
                 "ptx-newer-than-driver", W,
@@ -87,6 +96,16 @@ def rule_driver(ctx: Context, suggest: bool) -> Iterator[Finding]:
                 f"driver is {toolkit}): PTX from this toolkit cannot be JIT-compiled "
                 "('the provided PTX was compiled with an unsupported toolchain')",
                 f"build SASS for every GPU (TORCH_CUDA_ARCH_LIST without +PTX), or upgrade the driver to >= {toolkit}")
+
+
+def _needs_ptx_jit(ctx: Context, cuda: CudaVersion) -> tuple[Arch, CC] | None:
+    """A plain CUDA program (no torch: nothing sets its arches) built by this nvcc with its default arch, and
+    the first GPU that SASS does not run on: that GPU needs the PTX JIT-compiled."""
+    if ctx.torch is not None or ctx.nvcc is None or cuda.release != ctx.nvcc.release or ctx.arch_env is not None:
+        return None
+    default = ctx.facts.nvcc_default_arch.get((cuda.major, cuda.minor))
+    missed = [cc for cc in ctx.ccs if default and not runs_on(default, cc)]
+    return (default, missed[0]) if missed else None
 
 
 def rule_gpu_newer_than_driver(ctx: Context, suggest: bool) -> Iterator[Finding]:
@@ -144,17 +163,41 @@ def rule_nvcc_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
                           _join(newer, _arch_list_fix(ctx, allow_suffix=False)))
 
 
+def _beyond_torch_cuda(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    """With the build's arch list unknown: a GPU of a newer major than any arch torch's CUDA can target has no
+    kernels in that build, neither torch's nor its CUDA libraries' (cuBLAS, cuDNN)."""
+    targetable = ctx.facts.targetable(ctx.torch_cuda) if ctx.torch_cuda and not ctx.torch_is_cpu else None
+    if not targetable:
+        return
+    top = max(a.cc for a in targetable if not a.suffix)
+    for cc in ctx.ccs:
+        if cc[0] > top[0]:
+            yield Finding("gpu-arch-not-in-torch", E,
+                          f"torch's CUDA {ctx.torch_cuda.release} targets architectures up to sm_{top[0]}{top[1]}, so "
+                          f"this build and its CUDA libraries have no kernels for CC {format_cc(cc)}: 'no kernel image "
+                          "is available for execution on the device'",
+                          _join(_env_hint(ctx, suggest), "install a torch build for a CUDA that targets "
+                                f"sm_{cc[0]}{cc[1]} (see torch's published builds)"))
+
+
 def rule_torch_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
-    if ctx.torch_arches is None and ctx.torch_variant and ctx.ccs and not ctx.torch_is_cpu:
-        yield Finding("not-checked", INFO, f"the GPUs against torch {ctx.torch}: not checked: no data for the arches "
-                      "that build carries", "give them with --torch-arch-list (torch.cuda.get_arch_list())")
-    if ctx.torch_arches is None or ctx.torch_is_cpu:
+    if ctx.torch_arches is None:
+        if ctx.torch_variant and ctx.ccs and not ctx.torch_is_cpu:
+            yield Finding("not-checked", INFO, f"the GPUs against torch {ctx.torch}: not checked: no data for the "
+                          "arches that build carries", "give them with --torch-arch-list (torch.cuda.get_arch_list())")
+        yield from _beyond_torch_cuda(ctx, suggest)
+        return
+    if ctx.torch_is_cpu:
         return
     listed = " ".join(a.sm for a in ctx.torch_arches)
+    # PTX carries a build to newer GPUs when it is of its highest arch (the "+PTX" torch puts on the last one);
+    # 1.x builds' compute_37 beside sm_75 is Kepler's, and only some of their libraries hold it.
+    top = max((a.cc for a in ctx.torch_arches), default=(0, 0))
+    forward = [a for a in ctx.torch_ptx if a.cc >= top]
     for cc in ctx.ccs:
         if any(runs_on(a, cc) for a in ctx.torch_arches):
             continue
-        if any(ptx_runs_on(a, cc) for a in ctx.torch_ptx):
+        if any(ptx_runs_on(a, cc) for a in forward):
             yield Finding("gpu-arch-ptx-jit", INFO,
                           f"torch has no sm_{cc[0]}{cc[1]} kernels; the driver JIT-compiles its PTX at first use",
                           "expect a slow first start; a torch build with this arch avoids it")
@@ -374,7 +417,7 @@ def _cudnn_vs_cuda(ctx: Context) -> Iterator[Finding]:
 
 
 def _cudnn_vs_torch(ctx: Context) -> Iterator[Finding]:
-    bundled = ctx.torch_variant.cudnn if ctx.torch_variant else None
+    bundled = ctx.torch_cudnn or (ctx.torch_variant.cudnn if ctx.torch_variant else None)
     if not bundled:
         if ctx.torch and not ctx.torch_is_cpu:
             yield Finding("not-checked", INFO,
@@ -382,16 +425,24 @@ def _cudnn_vs_torch(ctx: Context) -> Iterator[Finding]:
                           "build bundles", "")
         return
     have, want = ctx.cudnn, bundled
-    if have.major != want.major:
+    torch = f"torch {ctx.torch}" if ctx.torch else "torch"
+    check = release_row(load_table("cudnn.toml")["torch_check"], ctx.torch.version) if ctx.torch else None
+    if check and check["minor"] == "equal" and have.release[:2] != want.release[:2]:
         yield Finding("cudnn-torch-mismatch", E,
-                      f"torch {ctx.torch} was built against cuDNN {want} but cuDNN {have} is loaded "
+                      f"{torch} accepts only the cuDNN {want.major}.{want.minor} it was built with, not {have}: "
+                      f"'cuDNN version mismatch: PyTorch was compiled against {want} but linked against {have}'",
+                      f"load cuDNN {want.major}.{want.minor} (put it first on LD_LIBRARY_PATH), or use a torch built "
+                      f"against cuDNN {have.major}.{have.minor}")
+    elif have.major != want.major:
+        yield Finding("cudnn-torch-mismatch", E,
+                      f"{torch} was built against cuDNN {want} but cuDNN {have} is loaded "
                       "('cuDNN version incompatibility')",
                       f"remove the other cuDNN from LD_LIBRARY_PATH so torch loads its own cuDNN {want}")
     elif have.release[:2] < want.release[:2]:
         # torch refuses an older runtime minor for cuDNN 8 ("compiled against (8, 3, 2) but linked
         # against (8, 0, 3)"); for cuDNN 9 the tables have no such report, so it is only a warning.
         yield Finding("cudnn-torch-mismatch", E if want.major < 9 else W,
-                      f"torch {ctx.torch} ships cuDNN {want}; the older cuDNN {have} is loaded instead",
+                      f"{torch} ships cuDNN {want}; the older cuDNN {have} is loaded instead",
                       "remove the older cuDNN from LD_LIBRARY_PATH")
 
 
@@ -498,6 +549,10 @@ def _te_reasons(ctx: Context, row: dict) -> list[str]:
         reasons.append(f"torch {ctx.torch.version} is below {row['torch_min']}")
     if ctx.gcc and "gcc_min" in row and not _at_least(ctx.gcc, Version(row["gcc_min"])):
         reasons.append(f"gcc {ctx.gcc} is below {row['gcc_min']}")
+    driver = ctx.facts.toolkit_driver(parse_cuda(row["driver_cuda"])) if "driver_cuda" in row else None
+    if ctx.driver and driver and ctx.driver < driver:
+        reasons.append(f"driver {ctx.driver} does not support CUDA {row['driver_cuda']} (it needs >= {driver}, "
+                       "beyond minor-version compatibility)")
     return reasons
 
 
@@ -591,6 +646,7 @@ RULES: tuple[Callable[[Context, bool], Iterator[Finding]], ...] = (
     rule_deepspeed,
     rule_torch_cpu_build,
     rule_wheels,
+    *host_rules.RULES,
 )
 
 

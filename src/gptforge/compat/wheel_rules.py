@@ -12,21 +12,39 @@ from gptforge.compat.context import Context
 from gptforge.compat.facts import load_table, release_row
 from gptforge.compat.findings import Finding, Severity, no_data
 from gptforge.compat.wheels import WheelBuild
+from gptforge.core.versions import TorchVersion
 
 E = Severity.ERROR
 _UNDEFINED = "'ImportError: ... undefined symbol' at import"
 
 
 @cache
-def _abi_rows() -> tuple[dict, ...]:
-    return tuple(load_table("torch_abi.toml")["abi"])
+def _abi_table() -> dict:
+    return load_table("torch_abi.toml")
+
+
+def is_source_build(torch: TorchVersion) -> bool:
+    """A torch built from a checkout between releases (NGC's 2.3.0a0+40ec155e58.nv24.3): a pre-release with a
+    local tag that names no published build."""
+    local = torch.local or ""
+    return bool(local) and torch.version.is_prerelease and not local.startswith(("cu", "cpu", "rocm"))
+
+
+def torch_abi_row(ctx: Context) -> dict | None:
+    """The torch_abi.toml row of the combination's torch: PyPI / download.pytorch.org builds per release and
+    CUDA, or source builds such as NGC's (None: unknown, e.g. conda builds)."""
+    if ctx.torch is None or (ctx.torch_variant is not None and ctx.torch_variant.channel != "pypi"):
+        return None
+    if is_source_build(ctx.torch):
+        return _abi_table()["source_build"]
+    cuda = str(ctx.torch_cuda.release) if ctx.torch_cuda else None
+    rows = [row for row in _abi_table()["abi"] if row.get("cuda", cuda) == cuda]
+    return release_row(rows, ctx.torch.version)
 
 
 def torch_cxx11_abi(ctx: Context) -> bool | None:
-    """The C++ ABI of the combination's torch, for PyPI / download.pytorch.org builds (None: unknown)."""
-    if ctx.torch is None or (ctx.torch_variant is not None and ctx.torch_variant.channel != "pypi"):
-        return None
-    row = release_row(list(_abi_rows()), ctx.torch.version)
+    """torch._C._GLIBCXX_USE_CXX11_ABI of the combination's torch (None: unknown)."""
+    row = torch_abi_row(ctx)
     return None if row is None else row["cxx11_abi"]
 
 
@@ -38,6 +56,12 @@ def _torch(ctx: Context, build: WheelBuild) -> Iterator[Finding]:
                       f"{build.origin} was built for torch {built}, not torch {have}: {_UNDEFINED}",
                       f"install the {build.project} wheel built for torch {have.major}.{have.minor} "
                       f"(torch{have.major}.{have.minor} in its name), or build it from source against this torch")
+    elif build.torch and is_source_build(ctx.torch):
+        yield Finding("wheel-torch-mismatch", E,
+                      f"{build.origin} was built against a released torch {build.torch[0]}.{build.torch[1]}, not the "
+                      f"source build torch {ctx.torch} (e.g. an NGC container's): {_UNDEFINED}",
+                      f"build {build.project} from source against this torch (pip install --no-build-isolation "
+                      f"--no-binary {build.project} {build.project}), or use a released torch")
     elif build.torch_pin and not SpecifierSet(build.torch_pin).contains(have.public, prereleases=True):
         yield Finding("wheel-torch-mismatch", E,
                       f"{build.origin} requires torch{build.torch_pin}, not torch {have}",

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gptforge.compat.findings import Severity, findings_table
-from gptforge.probe.machine import (Apex, Compiler, CudaHome, Driver, HopperKernels, Machine, NvccBinary, Torch,
+from gptforge.probe.machine import (Apex, Compiler, CudaHome, Driver, HopperKernels, Host, Machine, NvccBinary, Torch,
                                     TransformerEngine)
 
 _ABSENT = "-"
@@ -62,7 +62,8 @@ def _torch_text(torch: Torch) -> str:
         return torch.error
     if not torch.cuda:
         return f"{torch.version} (CPU only)"
-    return (f"{torch.version}, CUDA {torch.cuda}, cuDNN {_or_absent(torch.cudnn)}, "
+    built = f" (built with {torch.cudnn_compiled})" if torch.cudnn_compiled and torch.cudnn_compiled != torch.cudnn else ""
+    return (f"{torch.version}, CUDA {torch.cuda}, cuDNN {_or_absent(torch.cudnn)}{built}, "
             f"NCCL {_or_absent(torch.nccl)}, CUDA available: {torch.cuda_available} "
             f"({torch.device_count} devices); archs {' '.join(torch.arch_list) or _ABSENT}")
 
@@ -108,7 +109,15 @@ def machine_rows(machine: Machine) -> list[tuple[str, str]]:
         ("TransformerEngine", _te_text(machine.transformer_engine)),
         ("FA4 / quack kernels", _hopper_text(machine.hopper_kernels)),
         ("TORCH_CUDA_ARCH_LIST", _or_absent(machine.env["TORCH_CUDA_ARCH_LIST"])),
+        *_host_rows(machine.host),
     ]
+
+
+def _host_rows(host: Host | None) -> list[tuple[str, str]]:
+    if host is None:
+        return []
+    libstdcxx = f"GLIBCXX_{host.libstdcxx} at {host.libstdcxx_path}" if host.libstdcxx else _ABSENT
+    return [("glibc", _or_absent(host.glibc)), ("libstdc++", libstdcxx)]
 
 
 def render(report, strict: bool = False, console: Console | None = None) -> None:

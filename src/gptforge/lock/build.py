@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -112,8 +112,26 @@ def locked_pypi(lock: dict | None, env_name: str) -> list[pypi.PypiPackage] | No
     by_location = {p["pypi"]: p for p in lock["packages"] if "pypi" in p}
     locations = [e["pypi"] for pkgs in lock["environments"][env_name]["packages"].values() for e in pkgs if "pypi" in e]
     return [pypi.PypiPackage(p["name"], str(p["version"]), p["pypi"], p.get("sha256"),
-                             tuple(p.get("requires_dist", ())), p.get("requires_python"))
+                             tuple(p.get("requires_dist", ())), p.get("requires_python"), p.get("index"))
             for p in (by_location[loc] for loc in locations)]
+
+
+def with_indexes(env: Environment, packages: list[pypi.PypiPackage]) -> list[pypi.PypiPackage]:
+    """Each package the manifest pins to an index carries that index, as pixi locks it."""
+    pinned = {canonicalize_name(s.name): s.index for s in env.pypi.values() if s.index}
+    return [replace(p, index=pinned.get(canonicalize_name(p.name))) for p in packages]
+
+
+def with_purls(records_json: list[str], store: Store) -> list[str]:
+    """Every conda record with the PyPI names it installs, as pixi writes them from the conda-forge
+    mapping (`pkg:pypi/NAME?source=compressed-mapping`; empty where it installs none)."""
+    mapping = pypi_names(store)
+    out = []
+    for text in records_json:
+        rec = json.loads(text)
+        rec["purls"] = [f"pkg:pypi/{n}?source=compressed-mapping" for n in mapping.get(rec["name"], ())]
+        out.append(json.dumps(rec))
+    return out
 
 
 def registry_pins(locked: list[pypi.PypiPackage] | None) -> list[str]:
@@ -155,13 +173,14 @@ def build(manifest: Manifest, store: Store, *, refresh_pypi: bool = False, upgra
     solved, reports = {}, []
     for env in manifest.environments.values():
         conda = solve.solve(store, env)
-        records = [r.to_json() for r in conda.records]
+        records = with_purls([r.to_json() for r in conda.records], store)
         python = next(json.loads(r)["version"] for r in records if json.loads(r)["name"] == "python")
         provided = conda_provided(records, store)
         locked = locked_pypi(previous, env.name)
         kept = None if refresh_pypi or upgrade_pypi else keep_pypi(manifest, env, locked, python, provided)
         preferences = [] if upgrade_pypi else registry_pins(locked)
         packages = kept if kept is not None else resolve_pypi(manifest, env, python, provided, wheel_dir, preferences)
+        packages = with_indexes(env, packages)
         solved[env.name] = (records, packages)
         reports.append(EnvReport(env.name, len(records), len(packages), conda.seconds,
                                  "kept" if kept is not None else "resolved"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,10 +114,9 @@ def _platforms(entries: list) -> dict[str, Platform]:
 
 def load(path: Path) -> Manifest:
     """Read pixi.toml; a manifest the offline builder cannot represent is a one-line error."""
-    try:
-        doc = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise GptforgeError(f"{path}: cannot read the manifest: {err}", "pass --manifest PATH to a pixi.toml")
+    from gptforge.lock.files import read_toml
+
+    doc = read_toml(Path(path), "pixi.toml")
     workspace = doc.get("workspace") or doc.get("project") or {}
     platforms = _platforms(workspace.get("platforms", []))
     features = doc.get("feature", {})

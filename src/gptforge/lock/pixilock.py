@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from gptforge.lock.files import write_text
+from gptforge.lock.files import read_yaml, write_text
 from gptforge.lock.manifest import Manifest, Platform
 
 OMIT = ("fn", "url", "channel", "subdir", "name", "version", "build")
@@ -83,4 +83,9 @@ def write(path: Path, doc: dict) -> str:
 
 
 def read(path: Path) -> dict:
-    return yaml.safe_load(Path(path).read_text())
+    doc = read_yaml(Path(path), "pixi.lock")
+    if not isinstance(doc, dict):
+        from gptforge.errors import GptforgeError
+
+        raise GptforgeError(f"{path}: not a YAML mapping at the top level", "regenerate it: pixi run lock")
+    return doc

@@ -35,9 +35,12 @@ class PypiPackage:
     sha256: str | None
     requires_dist: tuple[str, ...]
     requires_python: str | None
+    index: str | None = None            # the per-package index the manifest pins it to
 
     def to_lock(self) -> dict:
         entry = {"pypi": self.location, "name": self.name, "version": self.version}
+        if self.index:                  # rattler_lock reads a missing `index:` as the environment's first index
+            entry["index"] = self.index
         if self.sha256:
             entry["sha256"] = self.sha256
         if self.requires_dist:

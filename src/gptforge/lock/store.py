@@ -68,6 +68,17 @@ class Store:
             out[f"https://conda.anaconda.org/{self.channel}/{rec.subdir}/{rec.file_name}"] = rec
         return out
 
+    def check_readable(self) -> None:
+        """Each recorded repodata.json parses as a channel's repodata (a damaged one is one line)."""
+        from gptforge.lock.files import read_json
+
+        self.check_exists()
+        for subdir in SUBDIRS:
+            data = read_json(self.repodata_path(subdir), "record store (restore envs/records/ from git)")
+            if not isinstance(data, dict) or not all(isinstance(data.get(k, {}), dict) for k in ("packages", "packages.conda")):
+                raise GptforgeError(f"{self.repodata_path(subdir)}: not a channel's repodata",
+                                    "restore envs/records/ from git")
+
     def check_exists(self) -> None:
         for subdir in SUBDIRS:
             if not self.repodata_path(subdir).is_file():

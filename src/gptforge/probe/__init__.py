@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from gptforge.probe.compilers import probe_compilers
 from gptforge.probe.cuda_home import probe_cuda_home
 from gptforge.probe.cudart import probe_loaded_libcudart
+from gptforge.probe.host_libs import probe_host
 from gptforge.probe.machine import Machine
 from gptforge.probe.nvcc import probe_nvcc
 from gptforge.probe.nvml import probe_nvml
@@ -42,6 +43,7 @@ def probe_machine(env: dict | None = None) -> Machine:
     torch = probe_torch()
     apex, transformer_engine = probe_apex(), probe_transformer_engine()
     loaded = probe_loaded_libcudart()
+    host = probe_host()  # after torch: the libstdc++ it loaded is the one extensions meet
     with ThreadPoolExecutor(max_workers=2) as pool:  # the external tools, at once: each may hang until its timeout
         nvcc_job = pool.submit(probe_nvcc, env)
         compilers_job = pool.submit(probe_compilers, lambda: _default_host(nvcc_job.result()), env)
@@ -58,5 +60,6 @@ def probe_machine(env: dict | None = None) -> Machine:
         "deepspeed": probe_deepspeed(),
         "transformer_engine": transformer_engine,
         "hopper_kernels": probe_hopper_kernels(),
+        "host": host,
         "env": {name: env.get(name) for name in ENV_VARS},
     })

@@ -31,6 +31,11 @@ def format_runtime_version(encoded: int | None) -> str | None:
 
 def mapped_libcudart(maps_path: str = "/proc/self/maps") -> list[str]:
     """Paths of every libcudart*.so* mapped into this process, in first-seen order."""
+    return mapped_libraries("libcudart", maps_path)
+
+
+def mapped_libraries(prefix: str, maps_path: str = "/proc/self/maps") -> list[str]:
+    """Paths of every shared library whose name starts with ``prefix`` mapped into this process, first-seen order."""
     try:
         with open(maps_path, errors="replace") as maps:  # a mapped file's path need not be UTF-8
             lines = maps.read().splitlines()
@@ -42,7 +47,7 @@ def mapped_libcudart(maps_path: str = "/proc/self/maps") -> list[str]:
         if len(parts) == 6:
             path = parts[5].strip()
             name = os.path.basename(path)
-            if name.startswith("libcudart") and ".so" in name and path not in seen:
+            if name.startswith(prefix) and ".so" in name and path not in seen:
                 seen.append(path)
     return seen
 

@@ -110,6 +110,15 @@ class Torch:
     device_count: int
     cuda_warning: str | None
     error: str | None
+    cudnn_compiled: str | None = None  # the cuDNN torch was built with; ``cudnn`` is the one it loaded
+
+
+@dataclass(frozen=True)
+class Host:
+    """The C and C++ runtimes: glibc, and the newest GLIBCXX of the libstdc++ the process loaded."""
+    glibc: str | None
+    libstdcxx: str | None  # "3.4.30"
+    libstdcxx_path: str | None
 
 
 @dataclass(frozen=True)
@@ -162,6 +171,7 @@ class Machine:
     transformer_engine: TransformerEngine
     hopper_kernels: HopperKernels
     env: dict[str, str | None]
+    host: Host | None = None  # absent from reports saved before it was probed
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -195,6 +205,9 @@ class Machine:
             deepspeed=self.deepspeed.version,
             transformer_engine=self.transformer_engine.version,
             torch_cuda_arch_list_env=self.env["TORCH_CUDA_ARCH_LIST"],
+            glibc=self.host.glibc if self.host else None,
+            libstdcxx=self.host.libstdcxx if self.host else None,
+            torch_cudnn=torch.cudnn_compiled,
         )
 
 
@@ -211,5 +224,5 @@ def _typed(hint, value):
         return {key: _typed(args[1], item) for key, item in value.items()}
     if is_dataclass(hint):
         hints = typing.get_type_hints(hint)
-        return hint(**{f.name: _typed(hints[f.name], value[f.name]) for f in fields(hint)})
+        return hint(**{f.name: _typed(hints[f.name], value.get(f.name)) for f in fields(hint)})
     return value

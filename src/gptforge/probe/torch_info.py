@@ -39,7 +39,7 @@ def _cuda_state(torch) -> tuple[bool, int, str | None]:
 def probe_torch() -> dict:
     info = {
         "installed": False, "version": None, "cuda": None, "arch_list": [], "cudnn": None, "nccl": None,
-        "cuda_available": False, "device_count": 0, "cuda_warning": None, "error": None,
+        "cuda_available": False, "device_count": 0, "cuda_warning": None, "error": None, "cudnn_compiled": None,
     }
     if importlib.util.find_spec("torch") is None:
         return info
@@ -59,4 +59,14 @@ def probe_torch() -> dict:
         info["cudnn"] = format_cudnn_version(torch.backends.cudnn.version())
     except RuntimeError:
         info["cudnn"] = None
+    info["cudnn_compiled"] = _cudnn_compiled(torch)
     return info
+
+
+def _cudnn_compiled(torch) -> str | None:
+    """The cuDNN torch was built with (torch._C._cudnn.getCompileVersion(): (9, 10, 2)); None without cuDNN."""
+    try:
+        major, minor, patch = torch._C._cudnn.getCompileVersion()
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return None
+    return f"{major}.{minor}.{patch}"
