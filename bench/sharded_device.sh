@@ -8,7 +8,8 @@
 #   bench/sharded_device.sh two                         # 2 GPUs: engines at 124M, the tests, then 350M if DEADLINE allows
 # MODELS default "124m 350m", ENGINES "ddp fsdp zero2 zero3" (bench/sharded.py names DeepSpeed variants too).
 # DeepSpeed must be importable; on a machine without network install carried wheels first by pointing
-# DS_WHEELS at their folder (DeepSpeed built with DS_BUILD_OPS=0, hjson, pydantic and its family).
+# DS_WHEELS at their folder (DeepSpeed built with DS_BUILD_OPS=0, hjson, pydantic and its family; for the
+# tests also jsonschema, jsonschema-specifications, referencing and rpds-py, which tests/conftest.py needs).
 # Tables and logs go to $GPTFORGE_BENCH_OUT (default bench-out/sharded).
 set -euo pipefail
 
