@@ -19,7 +19,7 @@ mkdir -p "$OUT"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}  # DeepSpeed's op builder rejects an "a" suffix
 PY=${PYTHON:-python3}
-if [ -n "${DS_WHEELS:-}" ] && ! $PY -c "import deepspeed" 2>/dev/null; then
+if [ -n "${DS_WHEELS:-}" ] && ! $PY -c "import deepspeed, jsonschema" 2>/dev/null; then
     $PY -m pip install -q --no-index --no-deps "$DS_WHEELS"/*.whl
 fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
