@@ -82,7 +82,7 @@ def test_off_changes_nothing_and_says_nothing_on_an_sm90_with_every_kernel(sm90_
 
 
 @pytest.mark.parametrize("overrides, deepspeed, why", [
-    ([], True, "DeepSpeed runs the step uncompiled"),
+    ([], True, "DeepSpeed runs the step without CUDA graphs"),
     (["compile=false"], False, "compile=false"),
 ])
 def test_auto_where_the_step_runs_uncompiled_keeps_the_config_and_says_why(sm90_here, overrides, deepspeed, why):
@@ -97,7 +97,7 @@ def test_on_under_deepspeed_applies_them_and_says_they_run_eagerly(sm90_here):
     resolved, note = apply_hopper_keys(cfg, CPU, deepspeed=True)
     assert speed_keys(resolved) == FAST
     assert note == ("hopper-kernels=on: " + " ".join(kernels.HOPPER_KEYS) +
-                    "; DeepSpeed runs the step uncompiled: their kernels run eagerly, slower than without them")
+                    "; DeepSpeed runs the step without CUDA graphs: their kernels run eagerly, slower than without them")
 
 
 def test_auto_on_a_cpu_or_another_gpu_says_nothing():
@@ -186,4 +186,4 @@ def test_the_trainer_under_deepspeed_leaves_the_gpt2_config_as_it_is(sm90_here, 
     trainer = loop.Trainer(cfg, loop.RunOptions(run_dir=tmp_path / "run", device="cpu", deepspeed="zero2"))
     trainer.preflight()
     assert speed_keys(trainer.cfg) == speed_keys(cfg)
-    assert any(note.startswith("hopper-kernels=auto: off (DeepSpeed runs the step uncompiled") for note in trainer.notes)
+    assert any(note.startswith("hopper-kernels=auto: off (DeepSpeed runs the step without CUDA graphs") for note in trainer.notes)

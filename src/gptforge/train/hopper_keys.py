@@ -7,7 +7,7 @@ stops with what is missing; ``off`` never does. A key the config file or the com
 either way.
 
 Their kernels pay inside the compiled step's CUDA graphs: run eagerly (``compile=false``, or under DeepSpeed,
-which runs the step uncompiled) each launch goes through their Python wrappers, and the step is host-bound and
+which runs it without CUDA graphs) each launch goes through their Python wrappers, and the step is host-bound and
 slower than without them (18% fewer tokens/s under DeepSpeed ZeRO-2 on an H100, BENCHMARKS.md run 82).
 """
 
@@ -27,7 +27,7 @@ WHERE_THEY_ARE = "`pixi run -e hopper ...` has them"
 def apply_hopper_keys(cfg: TrainConfig, device: torch.device, deepspeed: bool = False) -> tuple[TrainConfig, str | None]:
     """CFG with the Hopper keys it does not set itself where hopper-kernels asks for them here, and the note
     saying what was done (None where there is nothing to say: off, or auto away from an sm_90 GPU). DEEPSPEED:
-    the step runs under the DeepSpeed engine, which does not compile it."""
+    the step runs under the DeepSpeed engine, without CUDA graphs."""
     choice = cfg.hopper_kernels
     if choice == "off":
         return cfg, None
@@ -52,9 +52,9 @@ def apply_hopper_keys(cfg: TrainConfig, device: torch.device, deepspeed: bool = 
 
 
 def eager_step(cfg: TrainConfig, deepspeed: bool) -> str | None:
-    """Why the training step runs uncompiled, or None when torch.compile compiles it."""
+    """Why the training step runs without CUDA graphs, or None when torch.compile may capture it in them."""
     if deepspeed:
-        return "DeepSpeed runs the step uncompiled"
+        return "DeepSpeed runs the step without CUDA graphs"
     return None if cfg.compile else "compile=false"
 
 
