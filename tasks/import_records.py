@@ -6,9 +6,8 @@ pixi.toml can reach are kept, each with the first source that carried it.
 """
 
 import sys
-from pathlib import Path
 
-from gptforge.cli import main
+from lockgen.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main(["lock", "import-records", *sys.argv[1:]]))
+    sys.exit(main(["import-records", *sys.argv[1:]]))

@@ -32,8 +32,8 @@ def stamp(step: str, argv: list[str]) -> None:
     prefix = os.environ.get("CONDA_PREFIX")
     if not prefix:
         return
-    folder = Path(prefix) / ".gptforge"
-    folder.mkdir(exist_ok=True)
+    folder = Path(prefix) / "share" / "gptforge"
+    folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{step}.json.{os.getpid()}"
     tmp.write_text(json.dumps({"step": step, "argv": argv}) + "\n", encoding="utf-8")
     tmp.replace(folder / f"{step}.json")

@@ -99,3 +99,12 @@ def test_no_two_modules_import_each_other():
 ])
 def test_an_import_against_the_table_is_reported(source, module):
     assert violations(source, module, False, allowed_imports())
+
+
+def test_the_lock_authoring_lives_outside_the_package():
+    """The solver over the record store, uv's resolution and the record import are tasks/lockgen/."""
+    for module, source, is_package in source_modules():
+        assert not any(name.startswith("lockgen") for _, name in imported_modules(source, module, is_package))
+        for writer in ("solve_with_sparse_repodata", "find_uv_bin", "import_locks"):
+            assert writer not in source, f"{module} holds {writer}"
+    assert (ROOT / "tasks" / "lockgen" / "build.py").is_file()

@@ -3,6 +3,7 @@ over exactly the manifest's environments, each CUDA one installing on CPU runner
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -81,3 +82,54 @@ def test_gpu_tests_run_on_a_self_hosted_gpu_runner():
     gpu = CI["jobs"]["gpu"]
     assert "self-hosted" in gpu["runs-on"] and "gpu" in gpu["runs-on"]
     assert any("test -m gpu" in step.get("run", "") for step in gpu["steps"])
+
+
+def evaluate(expression: str, context: dict) -> bool:
+    """A job's `if:` made of `A == B` terms joined by `||` (the only form this workflow uses)."""
+    def value(term: str):
+        term = term.strip()
+        if term.startswith("'") and term.endswith("'"):
+            return term[1:-1]
+        node = context
+        for key in term.split("."):
+            node = node.get(key) if isinstance(node, dict) else None
+        return node
+
+    results = []
+    for clause in expression.split("||"):
+        left, right = clause.split("==")
+        results.append(value(left) == value(right))
+    return any(results)
+
+
+def pull_request(head_repo: str) -> dict:
+    return {"github": {"event_name": "pull_request", "repository": "owner/gptforge",
+                       "event": {"pull_request": {"head": {"repo": {"full_name": head_repo}}}}}}
+
+
+def test_the_self_hosted_gpu_job_never_runs_a_forks_pull_request():
+    condition = CI["jobs"]["gpu"]["if"]
+    assert evaluate(condition, {"github": {"event_name": "push", "repository": "owner/gptforge"}})
+    assert evaluate(condition, pull_request("owner/gptforge"))
+    assert not evaluate(condition, pull_request("someone/gptforge"))
+    triggers = CI[True]  # YAML reads the key `on` as true
+    assert "pull_request_target" not in triggers and "workflow_run" not in triggers
+
+
+def test_every_push_runs_the_lock_check_offline():
+    triggers = CI[True]
+    assert "push" in triggers and not (triggers["push"] or {}).get("branches")
+    lock = CI["jobs"]["lock"]
+    assert "if" not in lock
+    assert "pixi run -e cpu gptforge lock check" in [step.get("run") for step in lock["steps"]]
+
+
+def test_only_the_cpu_environment_is_cached_and_only_main_writes_it():
+    job = CI["jobs"]["environments"]
+    step = next(s for s in job["steps"] if s.get("uses", "").startswith("prefix-dev/setup-pixi@"))
+    assert step["with"]["cache"] == "${{ matrix.environment == 'cpu' }}"
+    assert step["with"]["cache-write"] == "${{ github.event_name == 'push' && github.ref == 'refs/heads/main' }}"
+    text = (ROOT / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8")
+    comment = " ".join(line.lstrip("# ") for line in text.split("\nname: ci")[0].splitlines())
+    for row in job["strategy"]["matrix"]["include"]:   # the comment gives each environment's size
+        assert re.search(rf"\b{row['environment']} [\d.]+ GB", comment), row

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from pixi_emulator import Workspace
+from pixi_emulator import Workspace, render
+from pixi_glob import collect_matching
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKSPACE = Workspace(ROOT)
@@ -21,7 +24,7 @@ def names(ran) -> list[str]:
 
 
 def output(ran) -> str:
-    return "\n".join(result.stdout + result.stderr for _, result in ran)
+    return "\n".join(result.stdout + result.stderr for _, result in ran if result is not None)
 
 
 @pytest.mark.parametrize("environment", sorted(WORKSPACE.manifest["environments"]))
@@ -60,11 +63,16 @@ def test_the_cu13_activation_names_the_python_the_environment_pins():
 
 
 @pytest.fixture(scope="module")
-def setup_on_cpu(tmp_path_factory):
+def cpu_base_env(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
     base = {k: v for k, v in __import__("os").environ.items() if k not in ("CUDA_HOME", "CONDA_PREFIX")}
     base.update(GPTFORGE_CACHE=str(home / "cache"), XDG_CACHE_HOME=str(home / "xdg"))
-    return WORKSPACE.run("cpu", "setup", base_env=base)
+    return base
+
+
+@pytest.fixture(scope="module")
+def setup_on_cpu(cpu_base_env):
+    return WORKSPACE.run("cpu", "setup", base_env=cpu_base_env)
 
 
 def test_setup_completes_on_a_cpu_machine_and_names_its_skips(setup_on_cpu):
@@ -78,12 +86,63 @@ def test_setup_completes_on_a_cpu_machine_and_names_its_skips(setup_on_cpu):
     assert "smoke: passed" in text
 
 
-def test_setup_leaves_a_stamp_for_pixis_task_cache(setup_on_cpu):
-    stamp = Path(sys.prefix) / ".gptforge" / "build-helpers.json"
-    assert stamp.is_file()
-    outputs = WORKSPACE.manifest["tasks"]["build-helpers"]["outputs"]
-    assert any(Path(sys.prefix, ".gptforge", "build-helpers.json").match(o.replace(".pixi/envs/*/", "*/"))
-               for o in outputs)
+def test_setup_leaves_a_stamp_in_the_prefix(setup_on_cpu):
+    assert (Path(sys.prefix) / "share" / "gptforge" / "build-helpers.json").is_file()
+
+
+def touch(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("x", encoding="utf-8")
+
+
+def test_the_glob_port_agrees_with_pixis_own_glob_tests(tmp_path):
+    """crates/pixi_glob/src/glob_set/mod.rs at v0.77.0: the tests on hidden folders and anchoring."""
+    for rel in (".pixi/foo_hidden.txt", ".foobar/foo_from_foobar.txt", ".foobar/build.txt",
+                "recursive/foobar/.deep_hidden/foo_from_deep_hidden.txt", "some_text.txt", "subdir/pixi.toml",
+                ".pixi/subdir/foo_hidden.txt", "exclude.txt", "subdir/include_subdir.txt", "include2.log"):
+        touch(tmp_path / rel)
+    assert collect_matching(tmp_path, ["**", ".foobar/foo_from_foobar.txt", "**/.deep_hidden/**"]) == [
+        ".foobar/foo_from_foobar.txt", "exclude.txt", "include2.log",
+        "recursive/foobar/.deep_hidden/foo_from_deep_hidden.txt", "some_text.txt", "subdir/include_subdir.txt",
+        "subdir/pixi.toml"]
+    assert collect_matching(tmp_path, [".pixi/subdir/**"]) == [".pixi/subdir/foo_hidden.txt"]
+    assert "pixi.toml" not in collect_matching(tmp_path, ["pixi.toml"]) == []
+    assert collect_matching(tmp_path, ["**/*.txt", "!exclude.txt"]) == ["some_text.txt", "subdir/include_subdir.txt"]
+    assert collect_matching(tmp_path, ["!exclude.txt", "**/*.txt"]) == ["exclude.txt", "some_text.txt",
+                                                                        "subdir/include_subdir.txt"]
+
+
+def test_pixi_never_matches_a_glob_across_two_hidden_folders_or_a_plain_path_below_one(tmp_path):
+    """The former output glob: the walker re-enters .pixi, never .gptforge, so no cache entry was saved."""
+    touch(tmp_path / ".pixi/envs/cpu/.gptforge/build-helpers.json")
+    touch(tmp_path / ".pixi/envs/cpu/share/gptforge/build-helpers.json")
+    assert collect_matching(tmp_path, [".pixi/envs/*/.gptforge/*.json"]) == []
+    assert collect_matching(tmp_path, [".pixi/envs/cpu/share/gptforge/build-helpers.json"]) == []
+    for task in ("build-helpers", "build-apex"):
+        outputs = [render(o, "cpu") for o in WORKSPACE.manifest["tasks"][task]["outputs"]]
+        touch(tmp_path / f".pixi/envs/cpu/share/gptforge/{task}.json")
+        assert collect_matching(tmp_path, outputs) == [f".pixi/envs/cpu/share/gptforge/{task}.json"]
+
+
+def test_a_reinstalled_environment_builds_again(tmp_path, cpu_base_env, setup_on_cpu):
+    """pixi's task cache: an unchanged rerun is skipped; a reinstall (a fresh prefix) runs the build again."""
+    shutil.copy(ROOT / "pixi.toml", tmp_path / "pixi.toml")
+    for name in ("src", "tasks"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    workspace, prefix = Workspace(tmp_path), tmp_path / ".pixi" / "envs" / "cpu"
+    base = {**cpu_base_env, "PATH": os.pathsep.join([str(Path(sys.executable).parent), cpu_base_env["PATH"]])}
+
+    def build() -> list:
+        prefix.mkdir(parents=True, exist_ok=True)
+        ran = workspace.run("cpu", "build-helpers", base_env=base, prefix=str(prefix))
+        assert all(r is None or r.returncode == 0 for _, r in ran), output(ran)
+        return [r is not None for _, r in ran]
+
+    assert build() == [True]
+    assert (prefix / "share" / "gptforge" / "build-helpers.json").is_file()
+    assert build() == [False]               # skipped: inputs, outputs and command unchanged
+    shutil.rmtree(prefix)                   # `pixi reinstall`: a new prefix, the old task cache
+    assert build() == [True]
 
 
 def test_a_failing_step_stops_the_chain(tmp_path):

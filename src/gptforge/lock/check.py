@@ -11,8 +11,7 @@ from packaging.utils import canonicalize_name
 
 from gptforge.core.versions import cuda_release
 from gptforge.lock import exports, lockfile, pixilock, satisfy
-from gptforge.lock.build import pyproject
-from gptforge.lock.manifest import Environment, Manifest
+from gptforge.lock.manifest import Environment, Manifest, pyproject
 from gptforge.lock.satisfy import Problem
 from gptforge.lock.store import Store
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,3 +137,12 @@ def load(path: Path) -> Manifest:
     indexes = tuple([options.get("index-url", DEFAULT_INDEX)] + options.get("extra-index-urls", []))
     return Manifest(Path(path), tuple(channel_url(c) for c in workspace.get("channels", [])), platforms, envs,
                     indexes, tuple(options.get("no-build-isolation", ())))
+
+
+def pyproject(manifest: Manifest, spec: PypiSpec) -> dict:
+    path = manifest.root / spec.path / "pyproject.toml"
+    try:
+        return tomllib.loads(path.read_text())["project"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError) as err:
+        raise GptforgeError(f"{path}: cannot read its [project] table: {err}",
+                            f"fix the path of {spec.name} in pixi.toml or its pyproject.toml")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -11,9 +10,12 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from gptforge.errors import GptforgeError
-from gptforge.lock import exports, pixilock, pypi, solve
-from gptforge.lock.manifest import Environment, Manifest, PypiSpec
-from gptforge.lock.store import Store, pypi_names
+from gptforge.lock import exports, pixilock
+from gptforge.lock.manifest import Environment, Manifest, PypiSpec, pyproject
+from gptforge.lock.pypi import pyproject_requires_dist
+from gptforge.lock.store import Store
+from lockgen import pypi, solve
+from lockgen.records import pypi_names
 
 
 @dataclass(frozen=True)
@@ -30,16 +32,7 @@ def project_package(manifest: Manifest, spec: PypiSpec) -> pypi.PypiPackage:
     optional-dependencies group, no hash."""
     project = pyproject(manifest, spec)
     return pypi.PypiPackage(project["name"], project["version"], location(spec), None,
-                            pypi.pyproject_requires_dist(project), project.get("requires-python"))
-
-
-def pyproject(manifest: Manifest, spec: PypiSpec) -> dict:
-    path = manifest.root / spec.path / "pyproject.toml"
-    try:
-        return tomllib.loads(path.read_text())["project"]
-    except (OSError, tomllib.TOMLDecodeError, KeyError) as err:
-        raise GptforgeError(f"{path}: cannot read its [project] table: {err}",
-                            f"fix the path of {spec.name} in pixi.toml or its pyproject.toml")
+                            pyproject_requires_dist(project), project.get("requires-python"))
 
 
 def location(spec: PypiSpec) -> str:
