@@ -10,11 +10,12 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 
 import pytest
+
+from conftest import lose_a_node_and_requeue
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -89,57 +90,11 @@ def test_sharded_run_killed_mid_step_resumes_to_the_same_losses(tmp_path, engine
     assert_same_losses(tmp_path / "ref", tmp_path / "run")
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL an agent and its workers (its session); nothing where they have all exited."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=60)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def agents(tmp_path, run_dir, attempt: int, kill_node_b_at: str | None = None) -> tuple[subprocess.Popen, subprocess.Popen]:
-    """Two nodes as tasks/slurm_train.sbatch starts them: one torchrun each, --nnodes=2, c10d rendezvous, the
-    job's id as the rendezvous id (a requeued job keeps it), --resume on every start."""
-    port, job_id = free_port(), "4242"
-    procs = []
-    for node, kill_at in ((0, None), (1, kill_node_b_at)):
-        gpus = gpu_ids(node * PER_NODE, PER_NODE)
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--nproc-per-node={PER_NODE}", f"--rdzv-id={job_id}",
-               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "-m", "gptforge", "train",
-               "--run-dir", str(run_dir), "--resume", *RUN, cache(tmp_path), "global-batch-size=64", "compile=false"]
-        log = open(tmp_path / f"attempt{attempt}-node{node}.log", "w")
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
-                                      env=env_for(tmp_path, gpus, kill_at), start_new_session=True))
-    return procs[0], procs[1]
-
-
 def test_two_nodes_lose_one_requeue_and_resume(tmp_path):
+    train = ["--run-dir", str(tmp_path / "run"), "--resume", *RUN, cache(tmp_path), "global-batch-size=64", "compile=false"]
     ref = torchrun(tmp_path, tmp_path / "ref", [], "global-batch-size=64", "compile=false", nproc=2 * PER_NODE)
     assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
-
-    node_a, node_b = agents(tmp_path, tmp_path / "run", 1, kill_node_b_at="step:17")
-    try:
-        assert node_b.wait(timeout=TIMEOUT) != 0  # node B's processes died mid-step 17: its agent gives up
-    finally:
-        for node in (node_a, node_b):  # srun --kill-on-bad-exit: the other node's tasks go too
-            kill_group(node)
-    assert (tmp_path / "run" / "checkpoints" / "step_00000010").is_dir()
-    assert not (tmp_path / "run" / "checkpoints" / "step_00000020").exists()
-
-    node_a, node_b = agents(tmp_path, tmp_path / "run", 2)
-    log = tmp_path / "attempt2-node0.log"
-    try:
-        codes = node_a.wait(timeout=TIMEOUT), node_b.wait(timeout=TIMEOUT)
-    finally:
-        for node in (node_a, node_b):
-            kill_group(node)
-    assert codes == (0, 0), log.read_text()[-3000:]
-    assert "(step 10)" in log.read_text()
+    nodes = [env_for(tmp_path, gpu_ids(node * PER_NODE, PER_NODE)) for node in (0, 1)]
+    log = lose_a_node_and_requeue(train, tmp_path, PER_NODE, nodes, "step:17", TIMEOUT)
+    assert "(step 10)" in log
     assert_same_losses(tmp_path / "ref", tmp_path / "run")

@@ -1,6 +1,7 @@
 """FSDP2 on CPU (gloo): the engine's state survives a DCP round trip exactly, its checkpoint index is read
-without running code, two processes reproduce one process with accumulation 2, and a run killed mid-step
-resumes to the same losses bit for bit."""
+without running code, two processes reproduce one process with accumulation 2, a run killed mid-step
+resumes to the same losses bit for bit, and so does a job of two simulated nodes (two torchrun agents,
+c10d rendezvous on 127.0.0.1, as tasks/slurm_train.sbatch starts them) that loses one and is requeued."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import run_cli
+from conftest import lose_a_node_and_requeue, run_cli
 
 torch = pytest.importorskip("torch")
 
@@ -145,3 +146,15 @@ def test_two_process_fsdp_matches_accumulation_and_resumes_exactly(tmp_path_fact
     sample = run_cli("sample", "--checkpoint", str(tmp_path / "run"), "--max-new-tokens", "5", "--json", cwd=tmp_path)
     assert sample.returncode == 0, sample.stderr[-2000:]
     assert json.loads(sample.stdout)["completion"]
+
+
+@pytest.mark.slow
+def test_two_nodes_lose_one_requeue_and_resume_exactly(tmp_path_factory, tmp_path):
+    cache = tmp_path_factory.getbasetemp() / "train-data-cache"
+    ref = torchrun(tmp_path / "ref", cache, "block", cwd=tmp_path)
+    assert ref.returncode == 0, ref.stdout[-2000:] + ref.stderr[-3000:]
+    train = ["--fsdp", "--run-dir", str(tmp_path / "run"), "--resume", *SMALL, f"data-cache-dir={cache}"]
+    node = {**os.environ, "OMP_NUM_THREADS": "1"}
+    log = lose_a_node_and_requeue(train, tmp_path, 1, [node, node], "step:5", timeout=600)
+    assert "(step 3)" in log
+    assert losses(tmp_path / "run") == losses(tmp_path / "ref")
