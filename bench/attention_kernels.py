@@ -1,14 +1,14 @@
-"""Causal attention at GPT-2's shapes, forward + backward: SDPA's cuDNN and FlashAttention 2 kernels, and FlashAttention 4.
+"""Causal attention at GPT-2's shapes, forward + backward: SDPA's cuDNN and FlashAttention 2 kernels, and cuDNN's
+forward with FlashAttention 4's backward (accel=hopper's).
 
     PYTHONPATH=src python3 bench/attention_kernels.py                  # 124M (12 heads) and 350M (16 heads)
     PYTHONPATH=src python3 bench/attention_kernels.py --heads 12 --batch 16
 
 Each kernel runs as the model calls it: from one (batch, seq, 3·width) qkv tensor to a (batch, seq, width)
 output. Per kernel: SDPA's cuDNN attention and FlashAttention 2 (PyTorch's own flash kernel), with the
-transposes in and the copy out that SDPA's layout needs, and FlashAttention 4 (`flash_attn.cute`, the
-flash-attn-4 package) through gptforge's custom ops (`model/flash4.py`), which need neither and write
-the gradients of q, k and v into one qkv-shaped tensor, and cuDNN's forward with FA4's backward
-(cudnn-flash4, the same ops). Times (CUDA events, after warm-up) forward
+transposes in and the copy out that SDPA's layout needs, and cuDNN's forward with FlashAttention 4's
+backward (`flash_attn.cute`, the flash-attn-4 package) through gptforge's custom ops (`accel/attention.py`),
+which need neither and write the gradients of q, k and v into one qkv-shaped tensor. Times (CUDA events, after warm-up) forward
 alone and forward + backward, the host time to issue a forward + backward (where it reaches the GPU
 time, Python and launches bound the kernel), TFLOP/s counting the causal half (forward 2·2·B·H·T²·D / 2,
 backward 2.5× that), and the largest difference of the output and of each gradient from cuDNN's. Each
@@ -28,10 +28,10 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fp8_linear import cuda_ms, launch_ms, run_gpu_bench  # noqa: E402
+from gpu_timing import cuda_ms, launch_ms, run_gpu_bench  # noqa: E402
 
-from gptforge.model.flash4 import MODULE as FA4_MODULE, flash4_attention  # noqa: E402
-from gptforge.model.layers import import_error  # noqa: E402
+from gptforge.core.installed import import_error  # noqa: E402
+from gptforge.accel.attention import MODULE as FA4_MODULE, cudnn_flash4_attention  # noqa: E402
 
 
 def sdpa(backend: SDPBackend):
@@ -45,7 +45,7 @@ def sdpa(backend: SDPBackend):
 
 
 KERNELS = {"cudnn": sdpa(SDPBackend.CUDNN_ATTENTION), "flash2": sdpa(SDPBackend.FLASH_ATTENTION),
-           "flash4": flash4_attention, "cudnn-flash4": lambda qkv, heads: flash4_attention(qkv, heads, "cudnn-flash4")}
+           "cudnn-flash4": cudnn_flash4_attention}
 
 
 def measure(attend, shape: tuple[int, int, int, int], grad_out, reference, args) -> dict:

@@ -2,13 +2,15 @@
 """Loss parity: train two configurations from the same seed on the same data and compare the curves.
 
 Both runs go through gptforge's trainer with the same config, seed, data order and step count; they
-differ only in the keys of --a and --b (default: the reference loss against the fused chunked one).
+differ only in the keys of --a and --b (default: the fused loss's torch ops against its Triton kernel), or
+with --a-src DIR in the source tree A is trained from too (DIR/src: e.g. the tree before a change, its own
+keys in --a).
 Reports the max and mean absolute difference of the per-step training losses (and over the last 10%
 of steps, where a drift would show), the final validation losses, and with --repeat-a the same figures
 for A against a second run of A: the run-to-run noise floor (GPU kernels with atomics are not
 bit-reproducible), against which the A/B difference is to be read. --max-diff exits 1 when the A/B max
-difference is above it (--max-drift: any seed's |drift|, with --seeds); a run whose keys could not apply (the trainer's "asked for but" notes: a library
-missing, a GPU without FP8) also exits 1 and says which. JSON: $GPTFORGE_BENCH_OUT/loss_parity.json (or ./loss_parity.json),
+difference is above it (--max-drift: any seed's |drift|, with --seeds); a run whose keys could not apply (a
+trainer's "asked for but" notes) also exits 1 and says which. JSON: $GPTFORGE_BENCH_OUT/loss_parity.json (or ./loss_parity.json),
 rewritten after every run ("complete": false until the last), so a run cut short keeps what finished.
 
 A same-seed pair against the A/A floor only measures perturbations of the size of GPU nondeterminism.
@@ -33,11 +35,12 @@ the sha256 of its .bin files ("data"), so bench/parity_pool.py pools calls that 
 Runs are named a@S, b@S, a2@S; the top-level a_vs_b and a_vs_a are the first seed's.
 
     PYTHONPATH=src python3 bench/loss_parity.py --steps 500 --repeat-a
-    PYTHONPATH=src python3 bench/loss_parity.py --b transformer-engine=true,fp8=true --steps 500
+    PYTHONPATH=src python3 bench/loss_parity.py --b accel=te-fp8 --steps 500
+    PYTHONPATH=src python3 bench/loss_parity.py --a-src /tmp/before --a '' --b accel=hopper --seeds 1337,2 --jobs 4
     PYTHONPATH=src python3 bench/loss_parity.py --steps 500 --repeat-a --seeds 1337,2,3
     PYTHONPATH=src python3 bench/loss_parity.py --steps 500 --seeds 5,6,7,8 --jobs 4
     bash bench/code_corpus.sh out/code
-    PYTHONPATH=src python3 bench/loss_parity.py --both "$(cat out/code/keys)" --a fused-loss=true --b fused-loss=true,bf16-residual=true --repeat-a --seeds 5,6
+    PYTHONPATH=src python3 bench/loss_parity.py --both "$(cat out/code/keys)" --a accel=triton --b accel=hopper --repeat-a --seeds 5,6
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ from pathlib import Path
 # GPU defaults: GPT-2 124M at micro = global batch 16 x 1024 tokens, one eval at the end
 RUN_KEYS = ["micro-batch-size={batch}", "global-batch-size={batch}", "train-iters={steps}",
             "lr-warmup-iters={warmup}", "eval-interval={steps}", "save-interval={steps}", "eval-iters=4",
-            "log-interval=100", "keep-last=1", "hopper-kernels=off"]  # the configs' in-lock settings; --b sets what differs
+            "log-interval=100", "keep-last=1"]
 
 
 def curve_diff(a: list[float], b: list[float]) -> dict:
@@ -149,14 +152,16 @@ def config_values(config: str) -> dict:
     return load_config(config)[0].to_dict()
 
 
-def train_once(config: str, keys: list[str], run_dir: Path, device: str) -> dict:
+def train_once(config: str, keys: list[str], run_dir: Path, device: str, src: Path | None = None) -> dict:
     """One training run in its own process, as a user would start it: nothing (compiled graphs, a library
-    left half-imported) carries over from one run into the next."""
+    left half-imported) carries over from one run into the next. SRC: the gptforge source tree it runs."""
     from gptforge.train.metrics import read_records
 
     cmd = [sys.executable, "-m", "gptforge", "train", "--config", config, "--run-dir", str(run_dir),
            "--device", device, "--json", *keys]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    env = None if src is None else {**os.environ, "PYTHONPATH": os.pathsep.join([str(src / "src"),
+                                                                                  os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise RunFailed(f"the run with {' '.join(keys[-3:])} exited {proc.returncode}: {last}")
@@ -209,7 +214,8 @@ def seed_summary(rows: list[dict], runs: dict) -> dict:
 
 def build_report(args, common: list[str], seeds: list[int], runs: dict, complete: bool) -> dict:
     """The report of the runs finished so far."""
-    report = {"config": args.config, "config_values": args.config_values, "steps": args.steps, "batch": args.batch,
+    report = {"config": args.config, "config_values": args.config_values, "a_src": args.a_src and str(args.a_src),
+              "steps": args.steps, "batch": args.batch,
               "common": common, "runs": runs, "complete": complete, "fallbacks": fallbacks(runs), "data": args.data}
     at = f"@{seeds[0]}" if seeds else ""
     for label, other in (("a_vs_b", "b"), ("a_vs_a", "a2")):
@@ -242,7 +248,8 @@ def parity(args, save) -> dict:
         return build_report(args, common, seeds, runs, complete=len(runs) == len(plans))
 
     def train(keys: list[str], run_dir: Path) -> dict:
-        return train_once(args.config, common + [cache] + keys, run_dir, args.device)
+        other_tree = {"src": args.a_src} if args.a_src and run_dir.name.startswith("a") else {}  # a@S, a2@S
+        return train_once(args.config, common + [cache] + keys, run_dir, args.device, **other_tree)
 
     # written before the first run too, so a stale file from an earlier invocation never reads as this one's
     save(report())
@@ -339,8 +346,10 @@ def show_seeds(rows: list[dict], summary: dict) -> None:
 def parse_args(argv: list[str]):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="gpt2-124m")
-    p.add_argument("--a", default="fused-loss=false", help="comma list of config keys of run A")
-    p.add_argument("--b", default="fused-loss=true", help="comma list of config keys of run B")
+    p.add_argument("--a", default="accel=none", help="comma list of config keys of run A")
+    p.add_argument("--b", default="accel=triton", help="comma list of config keys of run B")
+    p.add_argument("--a-src", type=Path, default=None, metavar="DIR",
+                   help="train A from the gptforge source tree DIR/src (its keys checked by that tree)")
     p.add_argument("--both", default="", metavar="KEYS",
                    help="comma list of config keys given to every run, e.g. the data: "
                         "data-path=PREFIX,tokenizer-type=gpt2 (default: the embedded corpus)")
@@ -377,9 +386,11 @@ def check(args) -> str | None:
         return "--steps must be >= 2 and --batch >= 1"
     if args.jobs < 1:
         return "--jobs must be >= 1"
+    if args.a_src and not (args.a_src / "src" / "gptforge").is_dir():
+        return f"--a-src: {args.a_src} holds no src/gptforge"
     try:
         seeds = parse_seeds(args.seeds)
-        for keys in (args.a, args.b):
+        for keys in (args.b,) if args.a_src else (args.a, args.b):
             validate(load_config(args.config, args.both + keys + [f"train-iters={args.steps}", f"lr-warmup-iters={max(1, args.steps // 10)}",
                                                       f"micro-batch-size={args.batch}", f"global-batch-size={args.batch}"])[0])
     except UsageError as err:

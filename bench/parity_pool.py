@@ -87,7 +87,7 @@ def load_runs(paths: list[Path]) -> list[dict]:
 
 def config_change(first: dict | None, other: dict | None) -> str:
     """How two reports' config values differ; reports made before they were recorded have none."""
-    from gptforge.train.config import value_changes
+    from gptforge.train.rundir import value_changes
 
     if first is None or other is None:
         return "one of them was made before reports recorded their config's values"

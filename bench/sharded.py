@@ -62,7 +62,7 @@ def deepspeed_config(name: str, work: Path) -> tuple[Path, bool]:
 def command(engine: str, model: str, gpus: int, global_batch: int, args, work: Path, run_dir: Path) -> list[str]:
     overrides = [f"train-iters={args.steps}", "lr-warmup-iters=10", f"micro-batch-size={args.micro}",
                  f"global-batch-size={global_batch}", "eval-interval=1000000", "eval-iters=1",
-                 "save-interval=1000000", "log-interval=10", "hopper-kernels=off", "compile=true"]
+                 "save-interval=1000000", "log-interval=10", "compile=true"]
     if args.data_cache_dir:
         overrides.insert(0, f"data-cache-dir={args.data_cache_dir}")
     cli = ["-m", "gptforge", "train", "--config", f"gpt2-{model}", "--run-dir", str(run_dir)]

@@ -14,7 +14,7 @@ fatal); all of it stops at --budget-s, skipping what is left. JSON goes to
 $GPTFORGE_BENCH_OUT/throughput.json (or ./throughput.json), rewritten after every row.
 
     PYTHONPATH=src python3 bench/throughput.py --nanogpt third_party/nanoGPT --min-ratio 1.0
-    PYTHONPATH=src python3 bench/throughput.py --nanogpt DIR --levers fused-loss,cudnn-attention --set fused-loss=true
+    PYTHONPATH=src python3 bench/throughput.py --nanogpt DIR --models gpt2-124m-hopper,gpt2-350m --set accel=hopper --levers none
 """
 
 from __future__ import annotations
@@ -48,129 +48,25 @@ class Lever:
     env: tuple[str, ...] = ()  # NAME=VALUE set in the measuring process (torch's own knobs)
 
 
-# Predictions for GPT-2 124M, batch 32 x 1024, bf16, torch.compile default, one H100 SXM.
+# Predictions for GPT-2 124M, batch 32 x 1024, bf16, torch.compile, one H100 SXM. The levers measured and removed
+# are in bench/results/levers-removed.md; BENCHMARKS.md holds every lever's result.
 LEVERS = {lv.name: lv for lv in (
-    Lever("fused-loss", ("fused-loss=true",),
-          "+3-8% tok/s: the gptforge::xent Triton kernel reads the bf16 logits twice and writes their gradient "
-          "once, where the compiled reference spends ~12% of the step on loss kernels; 3-7 GiB less memory"),
-    Lever("fused-loss-one-chunk", ("fused-loss=true", "loss-chunk-tokens=1048576"),
-          "+0-2% over fused-loss: one chunk, so three large GEMMs instead of twelve of a quarter the size"),
-    Lever("reference-loss", ("fused-loss=false",),
-          "-7-9% tok/s against a config with the fused loss on (the reverse of fused-loss-one-chunk), +3 GiB"),
-    Lever("fp8-output", ("fp8-output=true",),
-          "+3-6%: the output layer's three GEMMs (~10 ms of 66) in FP8 at ~1.6x, minus a transpose of the "
-          "E5M2 gradient (~1 ms); the kernel writes half the bytes"),
-    Lever("fp8-output-gradients", ("fp8-output=true", "fp8-output-logits=false"),
-          "+3-4%: the two gradient GEMMs in FP8 (~3 ms of the output layer's ~10) minus the E5M2 transpose "
-          "(1.6 ms); the logits GEMM stays bf16, ~1.3 ms less than fp8-output gains"),
-    Lever("loss-epilogue", ("loss-epilogue=true",),
-          "+3-5%: the softmax's exps and sums ride in the logits GEMM's epilogue and the gradient GEMMs rescale "
-          "what it stored, so the xent kernel's pass over the logits (~3.4 ms of a ~59 ms step) goes, if quack's "
-          "three GEMMs keep cuBLAS's speed", "quack"),
-    Lever("automatic-gc", ("gc-interval=0",),
-          "-0-3%: Python's automatic collector; its full collections walk the compiled graphs' and the CuTe DSL's "
-          "objects mid-run, and a host stall longer than the one queued step's slack idles the GPU"),
-    Lever("bf16-weights", ("bf16-weights=true",),
-          "+1-2%: the weight matrices bf16 in the model, float32 masters in AdamW: no weight casts in the forward, "
-          "no gradient casts in the backward (~0.5 ms a step at 124M), AdamW reading bf16 gradients in one Triton "
-          "kernel per matrix (torch's fused AdamW: 1.6 ms, ~2.2 TB/s)"),
-    Lever("apex-fused-adam", ("apex-fused-adam=true",),
-          "±1%: apex FusedAdam and torch's fused AdamW are both one multi-tensor kernel over the parameters "
-          "(~1.4 ms of a 68 ms step); apex's also runs outside the compiled graph", "apex.optimizers"),
-    Lever("coordinate-descent", (),
-          "+0-3%: inductor tunes each generated kernel's block sizes (LayerNorm, GELU, loss); more compile time",
-          env=("TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1",)),
-    Lever("pdl", (),
-          "+0-1%: Programmatic Dependent Launch: each of inductor's Triton kernels (~300 a step) starts while the "
-          "kernel before it drains", env=("TORCHINDUCTOR_ENABLE_PDL=1",)),
-    Lever("no-mix-order", (),
-          "-1-+0.5%: the LayerNorms' weight and bias gradients as inductor's own column sums, in place of partials "
-          "written by the LayerNorm backward kernel and 50 eager sums of ~11 us a step", env=("TORCHINDUCTOR_MIX_ORDER_REDUCTION=0",)),
-    Lever("mix-order-autotune", (),
-          "+0-0.5%: inductor times the LayerNorm backward kernel's rows per partial; fewer partials for the 50 eager "
-          "sums to read", env=("TORCHINDUCTOR_MIX_ORDER_REDUCTION_AUTOTUNE_SPLIT_SIZE=1",)),
-    Lever("norm-split-64", ("compile-norm-rows=64",),
-          "+0.3-0.7% (measure against --set ...,compile-norm-rows=0): the LayerNorm backward kernel sums 64 rows "
-          "into each partial, not inductor's 16 (132 SMs x 8 splits of 32768 rows): its 50 partial buffers a step "
-          "shrink from 6.3 MB to 1.6 MB each, so the eager sums after it (11 us each) read a quarter and the kernel "
-          "writes a quarter"),
-    Lever("norm-split-128", ("compile-norm-rows=128",),
-          "+0.2-0.6%: as norm-split-64 with 128 rows a partial (inductor's cap); 256 programs on 132 SMs, so the "
-          "kernel itself may lose what the sums save"),
-    Lever("norm-rows-inductor", ("compile-norm-rows=0",),
-          "-0.3-1% against a config with compile-norm-rows=128 (hopper-kernels sets it; the reverse of "
-          "norm-split-128): inductor's 16 rows a partial again"),
-    Lever("tied-scatter", ("compile-tied-scatter=true",),
-          "+0.1-0.4%: the token embedding's gradient scattered into the output layer's gradient of the tied weight: "
-          "no 154 MB zero fill and no pass adding the two tables (463 MB, ~150 us at 124M); the output layer's "
-          "gradient times the loss's gradient is still one pass"),
-    Lever("combo-kernels", ("compile-combo-kernels=true",),
-          "+0-1%: inductor fuses independent small kernels (the ~60 weight casts of 5 us each, bias-gradient "
-          "sums) into combined launches; more compile time"),
-    Lever("mlp-bias-gemm", ("mlp-bias-gemm=true",),
-          "+0.3-0.5% (with gelu-epilogue; measure against --set ...,mlp-bias-gemm=false): the up-projection's bias "
-          "gradient from its weight-gradient GEMM, not summed in the GELU-derivative GEMM's epilogue (385 -> 316 us "
-          "a layer alone at 124M) and no torch sum of its per-tile partials"),
-    Lever("qkv-bias-gemm", ("qkv-bias-gemm=true",),
-          "+0.5-1%: the qkv projection's bias gradient (a 50 us pass over 151 MB a layer, ~0.6 ms a step) rides in "
-          "its weight-gradient GEMM, which computes 8 more of its 768 columns"),
-    Lever("cudnn-attention", ("attention-backend=cudnn",),
-          "+1-4% tok/s: cuDNN's Hopper attention beats FA2 at head dim 64; attention is ~15% of the step"),
-    Lever("flash4-attention", ("attention-backend=flash4",),
-          "+2-5%: FlashAttention 4's warp-specialised Hopper kernel at ~1.3-1.5x cuDNN's speed on attention's "
-          "~9 ms of a 66 ms step", "flash_attn.cute"),
-    Lever("cudnn-flash4-attention", ("attention-backend=cudnn-flash4",),
-          "+1-2% against flash4: cuDNN's forward kernel (0.16 ms a layer alone) where FA4's takes 0.23 ms in the "
-          "model, FA4's backward kept: ~0.8 ms of a ~56 ms step", "flash_attn.cute"),
-    Lever("gelu-epilogue", ("gelu-epilogue=true",),
-          "+2-4%: bias + GELU and GELU's gradient ride in the MLP GEMMs' epilogues, so the ~5 ms of GELU kernels "
-          "go, if quack's GEMMs keep cuBLAS's speed", "quack"),
-    Lever("bf16-residual", ("bf16-residual=true",),
-          "+3-5%: the residual adds, the 25 LayerNorms and their backward (~7 ms, memory-bound) move 8 bytes an "
-          "element instead of 12-16"),
-    Lever("float32-residual", ("bf16-residual=false",),
-          "-5% against a config with the bf16 stream on (the GPT-2 configs' default; the reverse of bf16-residual)"),
-    Lever("flash-attention", ("attention-backend=flash",),
-          "±1%: auto already picks flash (FA2) for bf16 head dim 64"),
-    Lever("foreach-adamw", ("fused-adamw=false",),
-          "-1-3% tok/s: foreach AdamW makes several passes over 124M params where fused makes one"),
-    Lever("reduce-overhead", ("compile-mode=reduce-overhead",),
-          "+0-2%: CUDA graphs remove launch gaps, but a 70 ms step already hides the CPU"),
-    Lever("max-autotune", ("compile-mode=max-autotune-no-cudagraphs",),
-          "+0-3% tok/s at 2-4 min more compile: Triton GEMMs seldom beat cuBLAS at these shapes"),
-    Lever("max-autotune-graphs", ("compile-mode=max-autotune",),
-          "+0-2% at minutes more compile: on the Hopper configuration cuBLAS still runs ~17 ms a step of plain GEMMs "
-          "(the attention projections, the MLP's backward) at ~670 TFLOP/s; inductor times its Triton templates "
-          "against them, CUDA graphs kept"),
-    Lever("max-autotune-tma", ("compile-mode=max-autotune",),
-          "+0-2%: max-autotune-graphs with inductor's persistent TMA GEMM templates (Hopper's tensor memory "
-          "accelerator, one CTA per SM) among the candidates", env=("ENABLE_PERSISTENT_TMA_MATMUL=1",)),
+    Lever("torch-loss", ("accel=none",),
+          "-7-9% against accel=triton: the fused loss's softmax and gradient as torch ops instead of the Triton kernel"),
+    Lever("hopper", ("accel=hopper",),
+          "+13-16% against accel=triton: cuDNN + FA4 attention, quack's GEMM epilogues in the MLP and the loss, the qkv "
+          "bias gradient from its GEMM, CUDA graphs", "flash_attn.cute.interface"),
+    Lever("te-fp8", ("accel=te-fp8",),
+          "-40-50%: TE's layers break the compiled graph into pieces, and at width 768 the FP8 casts cost about what "
+          "the faster GEMMs save", "transformer_engine.pytorch"),
     Lever("accum-2", ("micro-batch-size={half}",),
           "-2-5%: two half-size micro batches per step, smaller GEMMs, same optimizer work"),
     Lever("micro-2x", ("micro-batch-size={double}", "global-batch-size={double}"),
           "+0-2%: the optimizer step is amortised over twice the tokens; more memory"),
     Lever("eager", ("compile=false",),
           "-25-35%: no fusion of LayerNorm/GELU/residual/softmax-loss"),
-    Lever("te", ("transformer-engine=true",),
-          "-5-0%: TE bf16 layers break the compiled graph into pieces", "transformer_engine.pytorch"),
-    Lever("te-fp8-delayed", ("transformer-engine=true", "fp8=true", "fp8-recipe=delayed"),
-          "±10%: at width 768 the FP8 cast/amax kernels cost about what the faster GEMMs save",
-          "transformer_engine.pytorch"),
-    Lever("te-fp8-current", ("transformer-engine=true", "fp8=true", "fp8-recipe=current"),
-          "slower than delayed: one more amax reduction per tensor per step", "transformer_engine.pytorch"),
-    Lever("torchao-float8-tensorwise", ("float8=tensorwise",),
-          "+5-15%: the blocks' GEMMs (~35% of the step) run ~1.6x faster, casts fused by compile", "torchao.float8"),
-    Lever("torchao-float8-rowwise", ("float8=rowwise",),
-          "below tensorwise: per-row scales cost more in the cast and the GEMM epilogue", "torchao.float8"),
 )}
-DEFAULT_LEVERS = ("fused-loss", "fused-loss-one-chunk", "reference-loss", "fp8-output", "fp8-output-gradients",
-                  "loss-epilogue", "automatic-gc", "apex-fused-adam", "coordinate-descent", "pdl", "no-mix-order",
-                  "mix-order-autotune", "norm-split-64", "norm-split-128", "norm-rows-inductor",
-                  "tied-scatter", "combo-kernels",
-                  "mlp-bias-gemm", "qkv-bias-gemm", "cudnn-attention", "flash4-attention", "cudnn-flash4-attention", "gelu-epilogue",
-                  "bf16-residual", "float32-residual", "foreach-adamw", "bf16-weights", "reduce-overhead", "accum-2", "micro-2x", "flash-attention",
-                  "eager", "max-autotune", "max-autotune-graphs", "max-autotune-tma", "te", "te-fp8-delayed", "te-fp8-current", "torchao-float8-tensorwise",
-                  "torchao-float8-rowwise")
+DEFAULT_LEVERS = tuple(LEVERS)
 
 
 class Usage(Exception):
@@ -199,15 +95,10 @@ class Plan:
 
 # ---- one gptforge measurement (child process) ----------------------------------------------------------
 
-# every run starts from the configs' in-lock settings (the GPT-2 configs' hopper-kernels=auto would turn the Hopper
-# keys on where FA4 is importable); --set hopper-kernels=auto measures a config as it trains by default
-IN_LOCK = ("hopper-kernels=off",)
-
-
 def base_overrides(batch: int, precision: str, warmup: int, steps: int) -> list[str]:
     return [f"micro-batch-size={batch}", f"global-batch-size={batch}", f"train-iters={warmup + 2 * steps}",
             f"lr-warmup-iters={max(1, min(10, warmup))}", "eval-interval=1000000", "save-interval=1000000",
-            "log-interval=1000000", f"precision={precision}", *IN_LOCK]
+            "log-interval=1000000", f"precision={precision}"]
 
 
 def expand(overrides, batch: int) -> list[str]:
@@ -255,7 +146,6 @@ def measure_gptforge(spec: dict) -> dict:
     from torch._dynamo.utils import counters
 
     from gptforge.train.peaks import mfu
-    from gptforge.train.tied_grad import TIED_SCATTER
 
     synced_tok_s = spec["steps"] * cfg.global_batch_size * cfg.seq_length / synced_seconds
     return {"tokens_per_s": tok_s, "ms_per_step": 1e3 * seconds / spec["steps"], "steps": spec["steps"],
@@ -265,7 +155,6 @@ def measure_gptforge(spec: dict) -> dict:
             "gc_collections": collections.summary(),
             "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
             "final_loss": last["loss"], "flops_per_token": trainer.flops_per_token, "notes": trainer.notes,
-            "tied_scatter_folded": TIED_SCATTER.folded if cfg.compile_tied_scatter else None,
             "graph_breaks": sum(counters["graph_break"].values()),
             "graph_break_reasons": sorted(counters["graph_break"], key=counters["graph_break"].get)[-3:],
             "device_name": trainer.peak.device_name, "peak_tflops": (trainer.peak.bf16_flops or 0) / 1e12,
@@ -416,11 +305,11 @@ def compare(runner: Runner, config: str, profile: bool) -> dict:
 
 
 def lever_row(runner: Runner, lever: Lever, baseline: dict) -> dict:
-    from gptforge.model.layers import importable
+    from gptforge.core.installed import import_error
 
     row = {"lever": lever.name, "overrides": expand(lever.overrides, runner.plan.batch), "env": list(lever.env),
            "prediction": lever.prediction}
-    if lever.needs and not importable(lever.needs):
+    if lever.needs and import_error(lever.needs):
         row["result"] = {"failed": f"skipped: {lever.needs} is not importable here"}
         return row
     profile = f"-{lever.name}" if runner.plan.profile else None

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """GPT-2 training throughput on one GPU through the real trainer: tokens/s, ms/step, MFU, peak memory.
 
-Each variant (eager / torch.compile, micro-batch size, apex FusedAdam when apex imports) runs in its own
+Each variant (eager / torch.compile, micro-batch size) runs in its own
 process: `gptforge.train.loop.train` on synthetic tokens with the GPT-2 vocabulary (50257 -> 50304), seq
 1024, bf16, one optimizer step per micro batch. The first --warmup steps (compilation, allocator warm-up)
 are dropped; figures are over the next --steps steps. MFU uses the PaLM formula and the peak from
@@ -40,7 +40,7 @@ class RandomTokens:
 
 
 def run_variant(name: str, config: str, warmup: int, steps: int, out_dir: Path) -> dict:
-    """One variant through gptforge.train.loop.train: MODE-MICRO, MODE in eager, compile, (eager|compile)-apex."""
+    """One variant through gptforge.train.loop.train: MODE-MICRO, MODE in eager, compile."""
     import torch
 
     from gptforge.train.config import load_config
@@ -51,8 +51,7 @@ def run_variant(name: str, config: str, warmup: int, steps: int, out_dir: Path) 
     mode, micro = name.rsplit("-", 1)
     overrides = [f"micro-batch-size={micro}", f"global-batch-size={micro}", f"train-iters={warmup + steps}",
                  "eval-interval=1000000", "eval-iters=1", f"lr-warmup-iters={min(10, warmup)}", "save-interval=1000000", "log-interval=10",
-                 "precision=bf16", f"compile={'true' if 'compile' in mode else 'false'}",
-                 f"apex-fused-adam={'true' if 'apex' in mode else 'false'}", "hopper-kernels=off"]
+                 "precision=bf16", f"compile={'true' if 'compile' in mode else 'false'}"]
     cfg, _ = load_config(config, overrides)
     n = (warmup + steps) * cfg.global_batch_size
     data = DataSetup(RandomTokens(n, cfg.seq_length, GPT2_VOCAB, 0), RandomTokens(cfg.global_batch_size, cfg.seq_length, GPT2_VOCAB, 1),
@@ -125,20 +124,13 @@ def run_ceiling(name: str, config: str, warmup: int, steps: int) -> dict:
 
 
 def default_variants() -> list[str]:
-    variants = ["eager-16", "compile-16", "compile-32", "compile-64", "ceiling-32"]
-    try:
-        import apex.optimizers  # noqa: F401
-
-        variants.append("compile-apex-16")
-    except Exception:
-        pass
-    return variants
+    return ["eager-16", "compile-16", "compile-32", "compile-64", "ceiling-32"]
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="gpt2-124m")
-    p.add_argument("--variants", help="comma list of MODE-MICRO, MODE in eager, compile, compile-apex, eager-apex, "
+    p.add_argument("--variants", help="comma list of MODE-MICRO, MODE in eager, compile, "
                    "ceiling (no trainer loop: model + optimizer only)")
     p.add_argument("--warmup", type=int, default=15)
     p.add_argument("--steps", type=int, default=60)

@@ -61,15 +61,14 @@ def cuda_checks(cuda: str) -> list[bool]:
 
 def hopper_checks() -> list[bool]:
     """The hopper environment's kernel packages: installed where the CuTe DSL's kernel cache works; on an
-    sm_90 GPU imported, and every Hopper key of train-gpt2 able to take effect."""
+    sm_90 GPU, accel=hopper (the gpt2-124m-hopper config, train-gpt2's here) able to run."""
     import torch
 
+    from gptforge.accel.hopper import HOPPER_MODULES, hopper_blocker, sm90
     from gptforge.core.installed import dsl_directory, outside_site_packages
-    from gptforge.model.kernels import FA4_MODULE, QUACK_MODULE, hopper, hopper_keys_blocker
 
     results = []
-    for module in (FA4_MODULE, QUACK_MODULE):
-        top = module.split(".")[0]
+    for top in dict.fromkeys(module.split(".")[0] for module in HOPPER_MODULES):
         found = importlib.util.find_spec(top) is not None
         results.append(check(top, found, "installed" if found else "not installed: pixi install -e hopper"))
     dsl = dsl_directory()
@@ -77,9 +76,9 @@ def hopper_checks() -> list[bool]:
     results.append(check("CuTe DSL", placed, f"in {dsl}" if placed else
                          f"{dsl or 'not installed'}: quack's kernel cache needs it in site-packages"))
     device = torch.device("cuda", 0)
-    if torch.cuda.is_available() and hopper(device):
-        why = hopper_keys_blocker(device)
-        results.append(check("Hopper keys", why is None, "the GPT-2 configs train with them here" if why is None else why))
+    if torch.cuda.is_available() and sm90(device):
+        why = hopper_blocker(device, "bf16", 0.0)
+        results.append(check("accel=hopper", why is None, "gpt2-124m-hopper trains with it here" if why is None else why))
     return results
 
 

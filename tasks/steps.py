@@ -16,11 +16,8 @@ import sys
 from pathlib import Path
 
 from gptforge.cli import main as gptforge
+from gptforge.probe.nvcc import cuda_home_setting
 from gptforge.probe.nvml import probe_nvml
-
-
-def environment_name() -> str:
-    return os.environ.get("PIXI_ENVIRONMENT_NAME") or "this"
 
 
 def skip(step: str, why: str) -> int:
@@ -48,9 +45,12 @@ def run(step: str, argv: list[str]) -> int:
 
 def fix_links(extra: list[str]) -> int:
     home = os.environ.get("CUDA_HOME")
-    if not home:
-        return skip("fix-links", f"the {environment_name()} environment has no CUDA toolkit (CUDA_HOME is not set)")
-    return run("fix-links", ["fix-links", "--prefix", home, *extra])
+    if home:
+        return run("fix-links", ["fix-links", "--prefix", home, *extra])
+    if environment := os.environ.get("PIXI_ENVIRONMENT_NAME"):
+        return skip("fix-links", f"the {environment} environment has no CUDA toolkit (it sets no CUDA_HOME)")
+    return skip("fix-links", "CUDA_HOME is not set (a pixi CUDA environment sets it; to repair another prefix: "
+                             "gptforge fix-links --prefix PREFIX)")
 
 
 def build_helpers(extra: list[str]) -> int:
@@ -58,12 +58,12 @@ def build_helpers(extra: list[str]) -> int:
 
 
 def build_apex(extra: list[str]) -> int:
-    if not os.environ.get("CUDA_HOME"):
-        return skip("build-apex", f"the {environment_name()} environment has no CUDA toolkit")
-    gpus = probe_nvml()["gpus"]
-    if not gpus and "--arch" not in extra:
+    if not probe_nvml()["gpus"] and "--arch" not in extra:
         return skip("build-apex", "no NVIDIA GPU on this machine (apex is built for the GPUs present and "
                                   "checked on them; on a build node: pixi run build-apex --arch 9.0 --no-install)")
+    home, _ = cuda_home_setting(dict(os.environ))  # where the build looks, as torch's cpp_extension does
+    if home is None:
+        return skip("build-apex", "no CUDA toolkit: no CUDA_HOME or CUDA_PATH, no nvcc on PATH, no /usr/local/cuda")
     return run("build-apex", ["build", "apex", *extra])
 
 

@@ -6,8 +6,8 @@
 
 On the embedded corpus the run is shortened (smaller batch, fewer steps) so that a single GPU shows
 the loss falling within a couple of minutes; with data-path= the gpt2-124m config runs as published.
-On an sm_90 GPU with the hopper environment's kernels installed (`pixi run -e hopper train-gpt2`) the
-config's `hopper-kernels = "auto"` trains with them (its first lines say so); a KEY=VALUE given here wins.
+`--config NAME` first trains another packaged GPT-2 config on the GPU: the hopper environment's task
+(`pixi run -e hopper train-gpt2`) passes gpt2-124m-hopper, gpt2-124m with its kernels (accel = "hopper").
 """
 
 from __future__ import annotations
@@ -29,13 +29,16 @@ def has_gpu() -> bool:
 
 
 def arguments(extra: list[str], gpu: bool) -> list[str]:
+    config = "gpt2-124m"
+    if extra[:1] == ["--config"] and len(extra) > 1:
+        config, extra = extra[1], extra[2:]
     if not gpu:
-        print("train-gpt2: no usable GPU here: training the tiny config (gpt2-tiny) on the CPU instead of "
-              "GPT-2 124M", flush=True)
+        print(f"train-gpt2: no usable GPU here: training the tiny config (gpt2-tiny) on the CPU instead of "
+              f"{config}", flush=True)
         return ["train", "--config", "gpt2-tiny", *extra]
     own_data = any(arg.startswith("data-path=") for arg in extra)
     sizing = [] if own_data else EMBEDDED_CORPUS_RUN
-    return ["train", "--config", "gpt2-124m", *sizing, *extra]
+    return ["train", "--config", config, *sizing, *extra]
 
 
 if __name__ == "__main__":

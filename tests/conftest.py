@@ -44,6 +44,48 @@ def run_cli(*args: str, env: dict | None = None, cwd: str | os.PathLike | None =
     )
 
 
+def main_one_line(*args: str, expect: int, stream: str = "stderr", last_line: bool = False) -> tuple[int, str]:
+    """Run ``gptforge ARGS`` in this process (no interpreter start-up: hostile-input cases stay fast); an uncaught
+    exception fails the test with its traceback. For a failure (``expect`` != 0) stderr must be one line, which
+    is returned (``last_line``: notes may come before it); ``stream="stdout"`` returns stdout instead (a --json
+    report)."""
+    import contextlib
+    import io
+
+    from gptforge.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exit:  # argparse
+            code = exit.code
+    assert code == expect, (code, out.getvalue()[-2000:], err.getvalue()[-2000:])
+    if stream == "stdout":
+        return code, out.getvalue()
+    if expect == 0:
+        return code, err.getvalue()
+    lines = err.getvalue().strip("\n").split("\n")
+    assert (last_line or len(lines) == 1) and lines[-1].startswith("gptforge"), err.getvalue()[-3000:]
+    return code, lines[-1]
+
+
+# The benchmark's bookkeeping: the bench/ scripts' dry runs and the committed results re-pooled. Not the product,
+# so not the default run; CI runs them (`pytest -m bench`). A test module listed here that no longer exists is
+# harmless.
+BENCH_MODULES = {
+    "test_throughput_bench.py", "test_loss_parity.py", "test_parity_pool.py", "test_gpu_clocks.py",
+    "test_nanogpt_train.py", "test_bf16_weights_trace.py",
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in BENCH_MODULES:
+            item.add_marker(pytest.mark.bench)
+
+
 def pooled_parity(results: str, a_keys: str, pattern: str = "*.json") -> dict:
     """bench/parity_pool.py's JSON over the committed loss-parity files bench/results/loss_parity/RESULTS/PATTERN,
     the runs with A_KEYS as A."""
@@ -114,15 +156,12 @@ def sm90_here(monkeypatch):
     """An sm_90 GPU where every Hopper kernel can run: FA4, quack and the CuTe DSL (in site-packages), cuDNN."""
     import torch
 
-    from gptforge.model import kernels
+    from gptforge.accel import hopper
 
-    monkeypatch.setattr(kernels, "hopper", lambda device: True)
-    monkeypatch.setattr(kernels, "hopper_or_blackwell", lambda device: True)
+    monkeypatch.setattr(hopper, "sm90", lambda device: True)
     monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
-    monkeypatch.setattr(kernels, "FA4_MODULE", "json")
-    monkeypatch.setattr(kernels, "QUACK_MODULE", "json")
-    monkeypatch.setattr(kernels, "QUACK_LCE_MODULE", "json")
-    monkeypatch.setattr(kernels, "dsl_directory", lambda: "/env/lib/python3.12/site-packages/nvidia_cutlass_dsl")
+    monkeypatch.setattr(hopper, "HOPPER_MODULES", ("json",))
+    monkeypatch.setattr(hopper, "dsl_directory", lambda: "/env/lib/python3.12/site-packages/nvidia_cutlass_dsl")
 
 
 # The real CUDA toolkit (the probe and doctor tests)

@@ -90,6 +90,30 @@ def test_no_two_modules_import_each_other():
         pytest.fail(f"import cycle: {' -> '.join(err.args[1])}")
 
 
+SPEED_PACKAGES = {"flash_attn", "quack", "cutlass", "nvidia_cutlass_dsl", "triton"}  # accel's alone
+
+
+def speed_imports(source: str) -> list[tuple[int, str]]:
+    """(line, name) of every import of SPEED_PACKAGES in SOURCE, by statement or importlib.import_module("...")."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "." in node.value:
+            found.append((node.lineno, node.value))  # a module named in a string, as import_module takes it
+    return [(line, name) for line, name in found if name.split(".")[0] in SPEED_PACKAGES]
+
+
+def test_only_accel_imports_the_speed_packages():
+    found = [f"{module}:{line} imports {name}" for module, source, _ in source_modules()
+             if package_of(module) != "accel" for line, name in speed_imports(source)]
+    assert not found, "\n".join(found)
+    assert speed_imports("import triton\nfrom quack.gemm_interface import gemm\nM = 'flash_attn.cute.interface'\n") == [
+        (1, "triton"), (2, "quack.gemm_interface"), (3, "flash_attn.cute.interface")]
+
+
 @pytest.mark.parametrize("source,module", [
     ("from gptforge.train.config import TrainConfig", "gptforge.core.versions"),
     ("def f():\n    from gptforge.cli import main", "gptforge.compat.rules"),

@@ -1,6 +1,5 @@
-"""qkv-bias-gemm: the qkv projection's bias gradient from its weight-gradient GEMM gives nn.Linear's
-output and gradients; on only where torch's own linear layer runs, with a note otherwise. mlp-bias-gemm: the
-MLP up-projection's the same way, on only with quack's MLP and where hopper-kernels measured it faster."""
+"""The qkv projection's bias gradient from its weight-gradient GEMM (accel=hopper) gives nn.Linear's output and
+gradients."""
 
 from __future__ import annotations
 
@@ -8,11 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gptforge.model.bias_gemm import ONES, ROW_ALIGN, linear_bias_from_gemm
-from gptforge.model.layers import LayerBackend
-from gptforge.train.config import load_config, validate
-from gptforge.train.loop import mlp_bias_gemm, qkv_bias_gemm
 from gpt_pairs import assert_trains_as_the_default
+from gptforge.accel.bias_gemm import ONES, ROW_ALIGN, linear_bias_from_gemm
 
 
 def operands(dtype):
@@ -51,34 +47,9 @@ def test_the_gemm_sees_the_ones_beside_the_input():
 
 
 def test_gpt_with_the_bias_from_the_gemm_trains_as_the_default():
-    assert_trains_as_the_default(LayerBackend(qkv_bias_gemm=True), rtol=1e-5, atol=1e-6)
+    def swap(model):
+        for block in model.blocks:
+            qkv = block.attn.qkv
+            qkv.forward = lambda x, layer=qkv: linear_bias_from_gemm(x, layer.weight, layer.bias)
 
-
-@pytest.mark.parametrize("keys, layers, on, says", [
-    (["qkv-bias-gemm=true"], {"linear": "torch"}, {"qkv"}, "qkv projection: bias gradient from the weight-gradient GEMM"),
-    (["qkv-bias-gemm=true"], {"linear": "te"}, set(), "but TransformerEngine layers are on"),
-    (["qkv-bias-gemm=true", "float8=rowwise"], {"linear": "torch"}, set(), "but float8=rowwise is on"),
-    (["mlp-bias-gemm=true"], {"mlp": "quack"}, {"mlp"}, "MLP up-projection: bias gradient from the weight-gradient GEMM"),
-    (["mlp-bias-gemm=true"], {"mlp": "torch"}, set(), "but gelu-epilogue is not on"),
-    ([], {"linear": "torch", "mlp": "quack"}, set(), None),
-])
-def test_each_bias_from_the_gemm_only_where_its_layer_takes_it(keys, layers, on, says):
-    """qkv-bias-gemm with torch's own linear layer, mlp-bias-gemm with quack's MLP; a note says which."""
-    cfg, _ = load_config("gpt2-tiny", keys)
-    validate(cfg)
-    backend = LayerBackend(**layers)
-    notes = [note for note in (qkv_bias_gemm(cfg, backend), mlp_bias_gemm(cfg, backend)) if note]
-    assert {name for name in ("qkv", "mlp") if getattr(backend, f"{name}_bias_gemm")} == on
-    assert notes == [] if says is None else (len(notes) == 1 and says in notes[0])
-
-
-@pytest.mark.parametrize("config, value", [("gpt2-124m", True), ("gpt2-350m", False), ("gpt2-774m", False),
-                                           ("gpt2-1.5b", False)])
-def test_hopper_kernels_take_the_mlps_bias_from_the_gemm_only_where_it_measured_faster(config, value, monkeypatch):
-    """BENCHMARKS.md runs 94 and 100: +0.42% at 124M, +0.2% (noise) at 350M; the wider configs keep the epilogue's sum."""
-    from gptforge.model import kernels
-    from gptforge.train.hopper_keys import apply_hopper_keys
-
-    monkeypatch.setattr(kernels, "hopper_keys_blocker", lambda device: None)
-    resolved, note = apply_hopper_keys(load_config(config, [])[0], torch.device("cuda", 0))
-    assert resolved.mlp_bias_gemm is value and "mlp-bias-gemm" in note
+    assert_trains_as_the_default(swap, rtol=1e-5, atol=1e-6)

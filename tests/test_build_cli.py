@@ -4,11 +4,14 @@ preflight's input), never by mocking nvcc."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
+
+from conftest import one_line_error
 
 CUDA_HOME = os.environ.get("GPTFORGE_TEST_CUDA_HOME", "/usr/local/cuda")
 needs_nvcc = pytest.mark.skipif(not Path(CUDA_HOME, "bin", "nvcc").exists(),
@@ -103,6 +106,7 @@ def test_dry_run_human_plan_names_every_part(cli, tmp_path):
         assert part in proc.stdout
 
 
+# apex's tree is not in the repository (a build fetches the pinned commit): a checkout of yours makes it run
 @needs_nvcc
 @pytest.mark.skipif(not os.environ.get("GPTFORGE_APEX_SRC"), reason="set GPTFORGE_APEX_SRC to an apex checkout")
 def test_dry_run_reads_a_local_source(cli, tmp_path):
@@ -195,3 +199,11 @@ def test_build_helpers_is_a_build_command():
     assert modules_for(argv) == ("build",)
     args = build_parser(modules_for(argv)).parse_args(argv)
     assert args.func.__module__ == "gptforge.cli.build" and args.force is True
+
+
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is not None, reason="DeepSpeed is installed here")
+def test_deepspeed_ops_without_deepspeed_says_what_to_install_or_pass(cli, tmp_path):
+    """docs/build.md's `gptforge build deepspeed-ops --ops fused_adam,cpu_adam` builds the installed DeepSpeed's
+    ops; where none is installed the one line says so, and what to do, instead of "no version to build"."""
+    proc = cli("build", "deepspeed-ops", "--ops", "fused_adam,cpu_adam", env=_env(tmp_path), cwd=tmp_path)
+    one_line_error(proc, 2, "--version: DeepSpeed is not installed here", "--version X.Y.Z", "--src")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import shlex
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -180,3 +183,62 @@ def test_help_explains(cli):
     for flag in ("--driver", "--gpu", "--cc", "--cuda", "--torch", "--torch-cuda", "--python", "--gcc", "--cudnn",
                  "--json"):
         assert flag in result.stdout
+
+
+WHEEL = "flash_attn-2.5.5+cu118torch2.2cxx11abiTRUE-cp38-cp38-linux_x86_64.whl"
+
+
+def test_a_table_written_to_a_pipe_keeps_each_row_on_one_line(cli):
+    """Read through a pipe (grep, less, a CI log), a table must not fold a wheel name over two lines."""
+    result = cli("compat", "check", "--torch", "2.2.0+cu118", "--wheel", WHEEL)
+    assert result.returncode == 1
+    (row,) = [line for line in result.stdout.splitlines() if "wheel-abi-mismatch" in line]
+    assert WHEEL in row and "cxx11abiFALSE" in row  # the problem and the fix on the row's one line
+    recommend = cli("compat", "recommend", "--driver", "535.104.05", "--cc", "9.0")
+    assert any("cuda-12-6" in line and "minor-version compatibility" in line for line in recommend.stdout.splitlines())
+
+
+@pytest.mark.parametrize("environment,python", [("cpu", "3.11"), ("cuda-13-0", "3.12"), ("hopper", "3.12")])
+def test_without_pixi_the_line_makes_the_venv_its_wheels_need(environment, python):
+    """The hashed exports hold wheels for one Python (cp311 / cp312): the line starts with that venv."""
+    from gptforge.compat.project_envs import environments
+
+    (env,) = [e for e in environments() if e.name == environment]
+    assert env.venv.startswith(f"python{python} -m venv .venv && . .venv/bin/activate && pip install --require-hashes "
+                               f"-r envs/{environment}/requirements.txt"), env.venv
+
+
+def test_recommend_prints_the_venv_line(cli):
+    report = json.loads(cli("compat", "recommend", "--driver", "580.65.06", "--gpu", "H100", "--json").stdout)
+    assert report["venv"].startswith("python3.12 -m venv .venv && ")
+
+
+DOC_COMMAND = re.compile(r"^\$ (gptforge compat check .*?)(?:\s+# exit status (\d+))?$")
+
+
+def doc_examples() -> list[tuple[str, int, list[str]]]:
+    """Each `$ gptforge compat check ...` of docs/compat.md with the output shown under it."""
+    examples, lines = [], (Path(__file__).resolve().parents[1] / "docs" / "compat.md").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if not line.startswith("$ gptforge compat check"):
+            continue
+        command = line
+        j = i + 1
+        while command.split("#")[0].rstrip().endswith("\\"):
+            command = command.split("#")[0].rstrip()[:-1] + " " + lines[j].strip()
+            j += 1
+        output = []
+        while j < len(lines) and lines[j] != "```" and not lines[j].startswith("$ "):
+            output.append(lines[j])
+            j += 1
+        found = DOC_COMMAND.match(command)
+        examples.append((found[1], int(found[2] or 0), output))
+    return examples
+
+
+@pytest.mark.parametrize("command,status,shown", doc_examples(), ids=lambda v: v if isinstance(v, str) else "")
+def test_docs_show_the_real_output(cli, command, status, shown):
+    result = cli(*shlex.split(command)[1:])
+    assert result.returncode == status, result.stderr
+    real = [line.rstrip() for line in (result.stdout + result.stderr).splitlines()]
+    assert [line.rstrip() for line in shown] == real

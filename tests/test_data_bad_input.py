@@ -292,3 +292,12 @@ def test_inspect_accepts_the_bin_or_idx_file(cli, good_prefix):
         proc = cli("data", "inspect", f"{good_prefix}{suffix}", "--json")
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout) == by_prefix
+
+
+def test_inspect_prints_the_whole_checksum(cli, good_prefix):
+    """Read through a pipe, a table row is one line: the sha256 is whole, not cut to the width of a terminal."""
+    digest = json.loads(cli("data", "inspect", str(good_prefix), "--json").stdout)["bin_sha256"]
+    proc = cli("data", "inspect", str(good_prefix))
+    assert proc.returncode == 0, proc.stderr
+    (row,) = [line for line in proc.stdout.splitlines() if "bin sha256" in line]
+    assert digest in row

@@ -32,7 +32,9 @@ _spec.loader.exec_module(data_megatron)
 
 SRC = data_megatron.megatron_src()
 pytestmark = [
-    pytest.mark.skipif(SRC is None, reason="Megatron-LM source not found: set MEGATRON_LM_SRC to a checkout"),
+    # Megatron's dataset code is not a dependency of the package: .ci/run (and README's test command) install it
+    pytest.mark.skipif(SRC is None, reason="Megatron-LM source not found: set MEGATRON_LM_SRC to a checkout "
+                                           "(.ci/run installs megatron-core for it)"),
     pytest.mark.filterwarnings("ignore::UserWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]

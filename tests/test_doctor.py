@@ -190,6 +190,7 @@ def test_host_compiler_that_is_not_an_executable_is_reported(tmp_path):
     assert "host-compiler-not-found" in codes(data, "warning")
 
 
+# apex's real Python package without its extensions: its tree is not in the repository (third_party/ is yours)
 @pytest.mark.skipif(not (Path(APEX_SRC) / "apex" / "__init__.py").exists(),
                     reason="apex sources absent (set GPTFORGE_APEX_SRC)")
 def test_python_only_apex_is_an_error():
@@ -322,3 +323,20 @@ def test_typed_machine_is_the_schema_and_reads_the_json_back(machine):
     typed = Machine.from_json(machine)
     assert typed.to_json() == machine
     assert typed.combination().python == ".".join(machine["python"]["version"].split(".")[:2])
+
+
+def _machine_rows(text: str) -> list[str]:
+    """The names in the first column of the `machine` table of a doctor printout."""
+    lines = [line.rstrip() for line in text.splitlines()]
+    table = lines[lines.index("machine") + 1:lines.index("findings")]
+    return [line.split("│")[1].strip() for line in table if line.startswith("│")]
+
+
+def test_the_docs_sample_is_a_real_runs_printout():
+    """docs/doctor.md shows what doctor prints: the rows of its machine table and, read through a pipe, one line
+    per finding."""
+    shown = (REPO / "docs" / "doctor.md").read_text().split("$ gptforge doctor\n", 1)[1].split("```", 1)[0]
+    real = doctor().stdout
+    assert _machine_rows(shown) == _machine_rows(real)
+    rows = [line for line in shown.split("\nfindings\n", 1)[1].splitlines() if line.startswith("│ ")]
+    assert rows and all(row.split("│")[1].strip() for row in rows)  # no row folded onto a second line

@@ -63,6 +63,7 @@ def _changes_of_full_run(prefix: str) -> int:
     return 3 * links + 1  # record write + temp link + rename per link, final record write
 
 
+@pytest.mark.slow  # a run per crash point, each rerun and undone; the undo crash test below stays in the default run
 def test_killed_at_every_step_leaves_valid_links_and_recovers(broken_prefix, tmp_path):
     prefix = broken_prefix
     original = snapshot(prefix)

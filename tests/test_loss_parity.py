@@ -1,4 +1,4 @@
-"""bench/loss_parity.py: two same-seed runs on the embedded corpus, fused loss against the reference."""
+"""bench/loss_parity.py: two same-seed runs on the embedded corpus, compared curve by curve."""
 
 from __future__ import annotations
 
@@ -23,33 +23,45 @@ def run_script(tmp_path, *args: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "GPTFORGE_BENCH_OUT": str(tmp_path)}, timeout=600)
 
 
-def test_fused_loss_trains_the_reference_curve_on_cpu(tmp_path):
+def test_the_default_pair_trains_one_curve_on_cpu(tmp_path):
     proc = run_script(tmp_path, "--steps", "8", "--batch", "4", "--max-diff", "1e-4")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "loss_parity.json").read_text())
     a, b = report["runs"]["a"], report["runs"]["b"]
     assert len(a["losses"]) == len(b["losses"]) == 8
-    assert any("fused output layer" in n for n in b["notes"]) and not any("fused output layer" in n for n in a["notes"])
+    assert a["keys"][-1] == "accel=none" and b["keys"][-1] == "accel=triton"
     assert a["losses"][-1] < a["losses"][0]  # it trained
     assert report["a_vs_b"]["max_abs"] < 1e-4  # fp32 on CPU: only summation order differs
     assert "a vs b: max |diff|" in proc.stdout
     assert not (tmp_path / ".gptforge").exists()  # the corpus cache went to the run's temporary directory
 
 
-def test_a_run_whose_keys_could_not_apply_fails_the_comparison(tmp_path, train_data_cache):
+def test_a_run_whose_keys_cannot_run_here_fails_the_comparison(tmp_path, train_data_cache):
     # the session's built corpus instead of one built for this run: the test above checks where the script's own goes
     cache = f"data-cache-dir={train_data_cache}"
-    proc = run_script(tmp_path, "--steps", "2", "--batch", "2", "--a", f"fused-loss=true,{cache}",
-                      "--b", f"fused-loss=true,fp8-output=true,{cache}")
+    proc = run_script(tmp_path, "--steps", "2", "--batch", "2", "--a", cache, "--b", f"accel=hopper,{cache}")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "run b is not what was asked: FP8 output layer asked for but needs an sm_89+ GPU" in proc.stderr
+    assert "accel: hopper: its kernels need an sm_90 GPU" in proc.stderr.strip().splitlines()[-1]
     report = json.loads((tmp_path / "loss_parity.json").read_text())
-    assert list(report["fallbacks"]) == ["b"]
+    assert list(report["runs"]) == ["a"] and report["complete"] is False
+
+
+def test_a_from_another_source_tree(tmp_path, monkeypatch):
+    trained = []
+    monkeypatch.setattr(loss_parity, "train_once",
+                        lambda config, keys, run_dir, device, src=None: trained.append((run_dir.name, src)) or fake_run(3.0))
+    monkeypatch.setenv("GPTFORGE_BENCH_OUT", str(tmp_path))
+    (tmp_path / "before" / "src" / "gptforge").mkdir(parents=True)
+    args = ["--config", "gpt2-tiny", "--steps", "2", "--batch", "2", "--a", "a-key-only-that-tree-knows=1"]
+    assert loss_parity.main([*args, "--a-src", str(tmp_path / "before"), "--repeat-a"]) == 0
+    assert trained == [("a", tmp_path / "before"), ("b", None), ("a2", tmp_path / "before")]
+    assert json.loads((tmp_path / "loss_parity.json").read_text())["a_src"] == str(tmp_path / "before")
+    assert loss_parity.main([*args, "--a-src", str(tmp_path)]) == 2  # no src/gptforge there
 
 
 def test_jobs_train_side_by_side_to_the_losses_of_one_at_a_time(tmp_path, train_data_cache):
     cache = f"data-cache-dir={train_data_cache}"
-    keys = ["--steps", "3", "--batch", "2", "--a", f"fused-loss=false,{cache}", "--b", f"fused-loss=true,{cache}"]
+    keys = ["--steps", "3", "--batch", "2", "--a", f"lr=1e-3,{cache}", "--b", f"lr=2e-3,{cache}"]
     (tmp_path / "side").mkdir()
     (tmp_path / "alone").mkdir()
     side = run_script(tmp_path / "side", *keys, "--seeds", "1,2", "--jobs", "2")
@@ -68,9 +80,9 @@ def test_curve_diff_reports_max_mean_and_tail():
 
 
 def test_bad_key_exits_2_before_training(capsys):
-    assert loss_parity.main(["--b", "fused-loss=maybe", "--steps", "10"]) == 2
+    assert loss_parity.main(["--b", "compile=maybe", "--steps", "10"]) == 2
     err = capsys.readouterr().err
-    assert "fused-loss must be bool" in err and len(err.strip().splitlines()) == 1
+    assert "compile must be bool" in err and len(err.strip().splitlines()) == 1
 
 
 def test_signed_drift_is_the_mean_b_minus_a_over_the_last_half():
@@ -100,7 +112,7 @@ def test_only_b_trains_b_on_every_seed_for_the_pool_and_refuses_what_needs_a(tmp
     monkeypatch.setattr(loss_parity, "train_once", lambda config, keys, run_dir, device: trained.append(keys) or fake_run(3.0))
     monkeypatch.setenv("GPTFORGE_BENCH_OUT", str(tmp_path))
     assert loss_parity.main(["--config", "gpt2-tiny", "--seeds", "1,2", "--steps", "2", "--batch", "2", "--only-b"]) == 0
-    assert all("fused-loss=true" in keys for keys in trained) and len(trained) == 2  # B's keys only
+    assert all("accel=triton" in keys for keys in trained) and len(trained) == 2  # B's keys only
     report = json.loads((tmp_path / "loss_parity.json").read_text())
     assert list(report["runs"]) == ["b@1", "b@2"] and report["complete"] is True and report["seeds"] == []
     assert "pool these B runs" in capsys.readouterr().out
@@ -133,7 +145,7 @@ def test_bad_seeds_exit_2_before_training(capsys, monkeypatch, seeds, problem):
 
 
 def test_seeds_with_a_seed_key_in_a_or_b_exit_2(capsys):
-    assert loss_parity.main(["--config", "gpt2-tiny", "--seeds", "1,2", "--b", "fused-loss=true,seed=5"]) == 2
+    assert loss_parity.main(["--config", "gpt2-tiny", "--seeds", "1,2", "--b", "accel=triton,seed=5"]) == 2
     assert "drop seed from --a, --b and --both" in capsys.readouterr().err
     assert loss_parity.main(["--config", "gpt2-tiny", "--seeds", "1,2", "--both", "seed=5"]) == 2
 
@@ -146,7 +158,7 @@ def test_a_failed_run_exits_1_and_keeps_the_finished_seeds(tmp_path, monkeypatch
     done = iter([fake_run(3.0), fake_run(3.5), fake_run(2.0)])
 
     def train_once(config, keys, run_dir, device):
-        if "seed=3" in keys and "fused-loss=true" in keys:
+        if "seed=3" in keys and "accel=triton" in keys:
             raise loss_parity.RunFailed("the run with seed=3 exited 137: Killed")
         return next(done)
 
@@ -203,7 +215,7 @@ def test_seeds_pair_a_and_b_per_seed_on_the_data_both_runs_are_given_on_cpu(tmp_
     digest = hashlib.sha256(Path(f"{prefix}_text_document.bin").read_bytes()).hexdigest()
     assert report["data"] == {"bin_sha256": {"code_text_document": digest}}
     # and the defaults the runs' own keys stood on (the config's values before any key)
-    assert report["config_values"]["num-layers"] == 2 and report["config_values"]["bf16-residual"] is False
+    assert report["config_values"]["num-layers"] == 2 and report["config_values"]["accel"] == "triton"
     for run in runs.values():
         assert run["keys"][:len(report["common"])] == report["common"] and 0 < run["train_passes"]
         assert any("data: the run reads" in note for note in run["notes"]) is (run["train_passes"] > 1)

@@ -75,6 +75,7 @@ def setup_on_cpu(cpu_base_env):
     return WORKSPACE.run("cpu", "setup", base_env=cpu_base_env)
 
 
+@pytest.mark.slow  # the whole chain, a training run included: CI runs `pixi run setup` itself too
 def test_setup_completes_on_a_cpu_machine_and_names_its_skips(setup_on_cpu):
     text = output(setup_on_cpu)
     assert names(setup_on_cpu) == SETUP_CHAIN, text
@@ -86,6 +87,7 @@ def test_setup_completes_on_a_cpu_machine_and_names_its_skips(setup_on_cpu):
     assert "smoke: passed" in text
 
 
+@pytest.mark.slow
 def test_setup_leaves_a_stamp_in_the_prefix(setup_on_cpu):
     assert (Path(sys.prefix) / "share" / "gptforge" / "build-helpers.json").is_file()
 
@@ -124,6 +126,7 @@ def test_pixi_never_matches_a_glob_across_two_hidden_folders_or_a_plain_path_bel
         assert collect_matching(tmp_path, outputs) == [f".pixi/envs/cpu/share/gptforge/{task}.json"]
 
 
+@pytest.mark.slow  # it waits on the whole setup chain (setup_on_cpu)
 def test_a_reinstalled_environment_builds_again(tmp_path, cpu_base_env, setup_on_cpu):
     """pixi's task cache: an unchanged rerun is skipped; a reinstall (a fresh prefix) runs the build again."""
     shutil.copy(ROOT / "pixi.toml", tmp_path / "pixi.toml")
@@ -198,3 +201,42 @@ def test_smoke_in_the_hopper_environment_checks_its_kernel_packages_where_they_a
     monkeypatch.setattr("gptforge.core.installed.dsl_directory", lambda: str(tmp_path / "target" / "nvidia_cutlass_dsl"))
     assert smoke.hopper_checks()[2] is False  # a `pip install --target` outside site-packages
     assert "quack's kernel cache needs it in site-packages" in capsys.readouterr().out
+
+
+def _step(name: str, tmp_path: Path, *args: str, path: str = "", **env: str) -> str:
+    """The line a setup step prints, run outside any pixi environment with only PATH and ENV set."""
+    import os
+
+    keep = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "PIXI_ENVIRONMENT_NAME", "CONDA_PREFIX")}
+    out = subprocess.run([sys.executable, str(ROOT / "tasks" / "steps.py"), name, *args], capture_output=True, text=True,
+                         env={**keep, "PATH": f"{path}:{os.environ['PATH']}" if path else os.environ["PATH"], **env},
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout.strip()
+
+
+def _gpus() -> list:
+    from gptforge.probe.nvml import probe_nvml
+
+    return probe_nvml()["gpus"]
+
+
+@pytest.mark.skipif(bool(_gpus()), reason="a GPU is here: the step would build apex")
+def test_build_apex_on_a_machine_without_a_gpu_says_so_wherever_the_toolkit_is(tmp_path):
+    """nvcc on PATH and no CUDA_HOME (a venv on a CPU machine with a toolkit): the reason is the missing GPU,
+    as the README says, not a missing toolkit of "the this environment"."""
+    toolkit = tmp_path / "cuda" / "bin"
+    toolkit.mkdir(parents=True)
+    (toolkit / "nvcc").write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.48'\n")
+    (toolkit / "nvcc").chmod(0o755)
+    for where in ({"path": str(toolkit)}, {"CUDA_HOME": str(tmp_path / "cuda")}, {}):
+        line = _step("build-apex", tmp_path, **where)
+        assert line.startswith("build-apex: skipped: no NVIDIA GPU on this machine"), (where, line)
+
+
+def test_fix_links_outside_pixi_names_what_it_repairs(tmp_path):
+    line = _step("fix-links", tmp_path)
+    assert line.startswith("fix-links: skipped: CUDA_HOME is not set"), line
+    assert "the this" not in line and "gptforge fix-links --prefix" in line
+    line = _step("fix-links", tmp_path, PIXI_ENVIRONMENT_NAME="cpu")
+    assert line == "fix-links: skipped: the cpu environment has no CUDA toolkit (it sets no CUDA_HOME)", line

@@ -81,7 +81,8 @@ def test_fp16_loss_scale_survives_a_checkpoint(tmp_path):
     assert second.scaler.get_scale() == 1234.0
 
 
-@pytest.mark.parametrize("kill_at,resumes_from", [("step:7", 4), ("save:8", 4)])
+# killed mid-save: test_killed_save_is_never_picked_up covers it in the default run
+@pytest.mark.parametrize("kill_at,resumes_from", [("step:7", 4), pytest.param("save:8", 4, marks=pytest.mark.slow)])
 def test_killed_run_resumes_bitwise(tmp_path, cache, reference, kill_at, resumes_from):
     expected = history(reference)
     assert [h[:2] for h in expected if h[0] == "train"] == [("train", step) for step in range(1, 13)]
@@ -98,6 +99,28 @@ def test_killed_run_resumes_bitwise(tmp_path, cache, reference, kill_at, resumes
     got = history(run_dir)
     assert [h[:2] for h in got] == [h[:2] for h in expected]
     assert got == expected  # float equality of every train and eval loss
+
+
+def test_sigterm_mid_step_saves_and_the_requeued_run_resumes_bitwise(tmp_path, cache, reference):
+    """Slurm's SIGTERM before a time limit or a preemption: the step in flight finishes, a checkpoint of it is
+    written, the run exits with PREEMPTED_EXIT, and --resume logs the uninterrupted run's losses bit for bit."""
+    from gptforge.train.preempt import PREEMPTED_EXIT
+
+    run_dir = tmp_path / "run"
+    stopped = train(run_dir, cache, kill_at="TERM@step:5", cwd=tmp_path)  # SIGTERM to itself mid-step 5
+    assert stopped.returncode == PREEMPTED_EXIT, stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr
+    assert "CPU threads: 1 (OMP_NUM_THREADS)" in stopped.stdout
+    newest = checkpoint.latest(run_dir / "checkpoints")
+    stopped_at = int(newest.name.removeprefix("step_"))
+    assert 5 <= stopped_at < 8, newest  # the steps in flight, not the step-4 checkpoint nor the run's end
+    assert f"SIGTERM: stopped after step {stopped_at}" in stopped.stdout and "--resume" in stopped.stdout
+    expected = history(reference)
+    assert history(run_dir) == [h for h in expected if h[1] <= stopped_at]
+    resumed = train(run_dir, cache, "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"(step {stopped_at})" in resumed.stdout
+    assert history(run_dir) == expected  # float equality of every train and eval loss
 
 
 def test_killed_save_is_never_picked_up(tmp_path, cache):

@@ -30,6 +30,14 @@ def test_empty_prompt_starts_a_document(run_dir, cli):
     assert out["step"] == 2 and out["tokens"] == 5
 
 
+def test_the_default_length_fits_the_models_context(run_dir, cli):
+    """`gptforge sample --checkpoint RUN --prompt 'The'`, the line `train` prints at its end, works on a model whose
+    context is shorter than the default length: the default fills the context instead."""
+    proc = cli("sample", "--checkpoint", str(run_dir), "--prompt", "", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["tokens"] == 32 - 1  # max-position-embeddings=32, the empty prompt is one token
+
+
 @pytest.mark.parametrize("args,code,needles", [
     (["--top-k", "-5"], 2, ["--top-k: must be >= 0"]),
     (["--temperature", "-1"], 2, ["--temperature: must be a finite number >= 0"]),

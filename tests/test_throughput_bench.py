@@ -26,10 +26,9 @@ def bench(*args: str, out: Path, timeout: float = 600):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--levers", "fused-loss,warp-drive"], "--levers: unknown lever 'warp-drive'"),
-    (["--set", "fused-los=true"], "unknown config key 'fused-los'"),
-    (["--set", "attention-backend=fastest"], "attention-backend: 'fastest' is not one of auto, flash, cudnn"),
-    (["--set", "compile-mode=turbo"], "compile-mode: 'turbo' is not one of default"),
+    (["--levers", "torch-loss,warp-drive"], "--levers: unknown lever 'warp-drive'"),
+    (["--set", "accl=hopper"], "unknown config key 'accl'"),
+    (["--set", "accel=fastest"], "accel: 'fastest' is not one of none, triton, hopper, te-fp8"),
     (["--models", "gpt2-9000m"], "no config file or packaged config named 'gpt2-9000m'"),
     (["--min-ratio", "0"], "--min-ratio: must be positive"),
     (["--steps", "0"], "--steps: must be positive"),
@@ -54,7 +53,7 @@ def test_levers_expand_against_the_batch_and_default_to_all():
 
 
 def test_cpu_dry_run_measures_baseline_and_levers_and_writes_json(tmp_path):
-    proc = bench(*DRY, "--levers", "fused-loss,foreach-adamw,te", "--profile", out=tmp_path)
+    proc = bench(*DRY, "--levers", "torch-loss,eager,te-fp8", "--profile", out=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((tmp_path / "throughput.json").read_text())
     base = data["comparison"][0]["gptforge"]
@@ -63,14 +62,13 @@ def test_cpu_dry_run_measures_baseline_and_levers_and_writes_json(tmp_path):
     assert set(base["gc_collections"]) == {"gen0", "gen1", "gen2"}
     assert data["comparison"][0]["nanogpt"] is None  # no --nanogpt
     levers = {row["lever"]: row for row in data["levers"]}
-    assert levers["fused-loss"]["overrides"] == ["fused-loss=true"]
-    assert any("fused output layer" in n for n in levers["fused-loss"]["result"]["notes"])
-    assert levers["fused-loss"]["result"]["speedup"] > 0
-    assert any("foreach" in n for n in levers["foreach-adamw"]["result"]["notes"])
+    assert levers["torch-loss"]["overrides"] == ["accel=none"]
+    assert levers["torch-loss"]["result"]["speedup"] > 0 and levers["eager"]["result"]["speedup"] > 0
+    assert "optimizer: torch AdamW (foreach)" in levers["eager"]["result"]["notes"]
     try:
         import transformer_engine.pytorch  # noqa: F401
     except Exception:
-        assert "not importable" in levers["te"]["result"]["failed"]
+        assert "not importable" in levers["te-fp8"]["result"]["failed"]
     assert "predicted:" in proc.stdout and "measured:" in proc.stdout
     assert "aten::" in (tmp_path / "profile-gpt2-tiny.txt").read_text()
 
@@ -82,6 +80,7 @@ def test_min_ratio_without_a_nanogpt_figure_fails(tmp_path):
     assert json.loads((tmp_path / "throughput.json").read_text())["pass"] is False
 
 
+# nanoGPT is the benchmark's reference, not a dependency: its unmodified bench.py runs where you cloned it
 @pytest.mark.skipif(not (NANOGPT / "bench.py").is_file(), reason="no nanoGPT checkout (set GPTFORGE_NANOGPT_DIR)")
 def test_nanogpt_bench_runs_unmodified_at_our_shape_and_min_ratio_decides(tmp_path):
     before = {p.name: p.read_bytes() for p in NANOGPT.iterdir() if p.is_file()}

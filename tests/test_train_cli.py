@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 
 import pytest
 
@@ -24,7 +25,7 @@ def cache(tmp_path_factory):
     (["seq-length=128"], {}, ["seq-length", "longer than the position table (max-position-embeddings=64)"]),
     (["data-path=missing/corpus_text_document", "tokenizer-type=bytelevel"], {}, ["missing/corpus_text_document.bin", "not found"]),
     (["--config", "gpt2-huge"], {}, ["no config file or packaged config named 'gpt2-huge'"]),
-    (["--deepspeed", "nope.json"], {}, ["--deepspeed", "nope.json not found"]),
+    (["--deepspeed", "nope.json"], {}, ["--deepspeed", "cannot read nope.json: not found"]),
 ])
 def test_bad_input_fails_before_any_work(tmp_path, args, env, needles):
     proc = run_cli("train", "--run-dir", str(tmp_path / "run"), *args, env=env, cwd=tmp_path)
@@ -90,7 +91,7 @@ def test_list_keys_and_configs(cli):
     big = cli("train", "--config", "gpt2-124m", "--list-keys", "lr=1e-4")
     assert "global-batch-size = 512 " in big.stdout and "lr = 0.0001 " in big.stdout
     configs = cli("train", "--list-configs")
-    assert configs.stdout.split() == ["gpt2-1.5b", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-tiny"]
+    assert configs.stdout.split() == ["gpt2-1.5b", "gpt2-124m", "gpt2-124m-hopper", "gpt2-350m", "gpt2-774m", "gpt2-tiny"]
 
 
 def test_a_ten_step_smoke_run_just_works(tmp_path, cache):
@@ -109,3 +110,17 @@ def test_overrides_sit_before_between_and_after_options():
     args = build_parser(modules_for(argv)).parse_args(argv)
     assert args.overrides == ["lr=1e-3", "seq-length=32", "train-iters=5"]
     assert args.config == "gpt2-tiny" and args.json is True
+
+
+@pytest.mark.parametrize("command", [["train"], ["sample", "--checkpoint", "runs/x"]])
+def test_without_torch_one_line_says_how_to_install_it(tmp_path, command):
+    """`pip install -e '.[test]'` brings no torch (the environments bring the right build): no traceback."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nclass NoTorch:\n    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'torch':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, NoTorch())\n")
+    pythonpath = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    proc = run_cli(*command, env={"PYTHONPATH": pythonpath}, cwd=tmp_path)
+    one_line_error(proc, 1, "torch is not installed", "envs/cpu/requirements.txt", "pixi run")
+    assert not (tmp_path / "runs").exists()

@@ -45,16 +45,15 @@ def group():
 
 def tiny_engine(cfg, device, env, unit):
     from gptforge.model import GPT
-    from gptforge.model.layers import resolve_backend
     from gptforge.train import checkpoint, fsdp
     from gptforge.train.optim import build_optimizer
     from gptforge.train.precision import choose
 
     checkpoint.seed_all(cfg.seed)
-    model = GPT(cfg.model_config(64), resolve_backend(False, False, "auto", 0)).to(device)
+    model = GPT(cfg.model_config(64)).to(device)
     precision = choose("auto", device)
     fsdp.shard(model, cfg, precision, device, env.world_size, {}, unit)
-    optimizer, _ = build_optimizer(model, cfg, device)
+    optimizer, _ = build_optimizer(model, cfg, fused=False)
     return fsdp.FSDPEngine(model, optimizer, cfg, precision, accum=2, unit=unit)
 
 

@@ -4,6 +4,7 @@ the run before anything is evaluated or saved after it."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,16 +95,14 @@ class DeviceClock:
 
 
 def test_a_step_is_timed_from_the_end_of_the_one_before_it_when_queued_behind_it_else_from_its_own_start():
-    from types import SimpleNamespace
+    from gptforge.train.steptime import LaunchedStep, StepClock
 
-    from gptforge.train.loop import LaunchedStep, Trainer
-
-    trainer = SimpleNamespace(last_step_done=0.0, last_ready=None)
+    clock = StepClock()
     values = torch.zeros(2)
 
     def finish(start: float, end: float, overlapped: bool) -> float:
         launched = LaunchedStep(1, values, DeviceClock(end), 0.0, 0.0, DeviceClock(start), overlapped)
-        return Trainer.step_seconds(trainer, launched)
+        return clock.seconds(launched)
 
     assert finish(0.0, 30.0, overlapped=False) == pytest.approx(30.0)  # the first step: compilation included
     assert finish(29.0, 30.1, overlapped=True) == pytest.approx(0.1)   # queued while the first one ran
@@ -111,3 +110,14 @@ def test_a_step_is_timed_from_the_end_of_the_one_before_it_when_queued_behind_it
     # then the loop evaluates: the next step starts on an idle device
     assert finish(45.0, 45.1, overlapped=False) == pytest.approx(0.1)
     assert finish(45.05, 45.2, overlapped=True) == pytest.approx(0.1)
+
+
+def test_on_a_cpu_each_step_is_timed_by_its_own_work(tmp_path):
+    """A CPU computes a step while the loop queues it: the step before an evaluation and the last one, read with
+    nothing queued behind them, were charged the moment between two reads (a millisecond, millions of tok/s)."""
+    t = trainer(tmp_path, "f")
+    pause = 0.05  # each micro batch takes at least this long, so every step takes at least pause * accum
+    records = list(t.steps(6, on_micro=lambda: time.sleep(pause)))
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+    floor_ms = pause * t.accum * 1e3
+    assert all(r["step_ms"] >= floor_ms for r in records), [(r["step"], round(r["step_ms"], 2)) for r in records]

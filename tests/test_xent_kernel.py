@@ -1,4 +1,5 @@
-"""gptforge::xent: the loss per row and the logits gradient, as torch ops and as the Triton kernel.
+"""gptforge::xent: the loss per row and the logits gradient, as torch ops (model/loss.py) and as the Triton
+kernel (accel/xent_kernel.py).
 
 The torch implementation is held to autograd through F.cross_entropy on the cut logits; the Triton
 kernel to the torch implementation, on the CPU through Triton's interpreter (TRITON_INTERPRET=1, in a
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gptforge.model.xent import xent, xent_torch
+from gptforge.model.loss import xent, xent_torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +59,8 @@ def test_the_op_leaves_its_input_alone_and_keeps_the_dtype():
 
 INTERPRETED = r"""
 import json, sys, torch
-from gptforge.model import xent as X
+from gptforge.accel import xent_kernel as X
+from gptforge.model.loss import xent_torch
 cases = []
 for rows, width, vocab, block, dtype, stride_pad in [
         (5, 200, 190, 64, torch.float32, 0),   # 4 blocks, the last one partly padded
@@ -73,7 +75,7 @@ for rows, width, vocab, block, dtype, stride_pad in [
     targets[0] = vocab - 1  # the last real column
     X.CONFIGS[dtype.itemsize] = (block, 4)  # the gradient has the logits' dtype here
     loss, grad = X.xent_triton(logits, targets, vocab, 1.0 / rows)
-    ref_loss, ref_grad = X.xent_torch(logits, targets, vocab, 1.0 / rows)
+    ref_loss, ref_grad = xent_torch(logits, targets, vocab, 1.0 / rows)
     cases.append({"dtype": str(dtype), "loss": (loss - ref_loss).abs().max().item(),
                   "grad": (grad.float() - ref_grad.float()).abs().max().item(),
                   "grad_scale": ref_grad.float().abs().max().item(), "pad": grad[:, vocab:].abs().max().item() if vocab < width else 0.0,
@@ -118,7 +120,7 @@ def test_the_triton_kernel_computes_what_the_torch_ops_do_in_the_interpreter():
 def test_on_gpu_the_kernel_matches_the_reference_at_gpt2_width(dtype):
     if not torch.cuda.is_available():
         pytest.skip("needs an NVIDIA GPU")
-    from gptforge.model.xent import triton_available, xent_triton
+    from gptforge.accel.xent_kernel import triton_available, xent_triton
 
     assert triton_available()
     torch.manual_seed(0)
@@ -130,3 +132,16 @@ def test_on_gpu_the_kernel_matches_the_reference_at_gpt2_width(dtype):
     tol = 2 ** -8 * ref_grad.abs().max().item() if dtype == torch.bfloat16 else 1e-7
     assert (grad.float() - ref_grad).abs().max().item() <= tol
     assert grad[:, 50257:].abs().max().item() == 0
+
+
+@pytest.mark.gpu
+def test_on_gpu_accel_makes_the_kernel_the_ops_cuda_implementation():
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    from gptforge.accel.xent_kernel import use_kernel
+
+    assert use_kernel()
+    logits = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+    targets = torch.randint(0, 4000, (64,), device="cuda")
+    torch.testing.assert_close(xent(logits, targets, 4000, 0.5), xent_torch(logits, targets, 4000, 0.5),
+                               rtol=2e-2, atol=1e-2)

@@ -7,9 +7,16 @@ import re
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
+# A word longer than this (a hostile value, a pasted blob) is shown by its ends: the line stays one readable line.
+LONGEST_WORD = 200
+_LONG_WORD = re.compile(rf"\S{{{LONGEST_WORD + 1},}}")
+
+
 def printable(text: str) -> str:
-    """``text`` with every unprintable character written as its Python escape (``\\n``, ``\\x1b``)."""
-    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    """``text`` with every unprintable character written as its Python escape (``\\n``, ``\\x1b``), and every
+    word of more than LONGEST_WORD characters cut to its ends."""
+    escaped = _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    return _LONG_WORD.sub(lambda m: f"{m.group()[:120]}...[{len(m.group()) - 160} characters]...{m.group()[-40:]}", escaped)
 
 
 class GptforgeError(Exception):

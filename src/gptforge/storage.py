@@ -75,6 +75,7 @@ def atomic_path(path: str | os.PathLike, tmp: str | os.PathLike | None = None) -
     path = Path(path)
     tmp = Path(tmp) if tmp is not None else path.with_name(f".{path.name}.tmp-{os.getpid()}{''.join(path.suffixes[-1:])}")
     try:
+        tmp.unlink(missing_ok=True)  # a link planted at the predictable name is removed, never written through
         yield tmp
         os.replace(tmp, path)
     finally:
@@ -83,7 +84,7 @@ def atomic_path(path: str | os.PathLike, tmp: str | os.PathLike | None = None) -
 
 def write_atomic(path: str | os.PathLike, data: bytes, tmp: str | os.PathLike | None = None) -> None:
     """Write ``data`` under a temporary name, fsync, rename over ``path``: readers see old or new, never part."""
-    with writing(path), atomic_path(path, tmp) as staged, open(staged, "wb") as fh:
+    with writing(path), atomic_path(path, tmp) as staged, open(staged, "xb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
@@ -137,6 +138,8 @@ KILL_ENV = "GPTFORGE_TEST_KILL_AT"
 def kill_point(point: str, n: int) -> None:
     """Fault injection for the crash-safety tests: with ``GPTFORGE_TEST_KILL_AT=POINT:N`` the process SIGKILLs
     itself where it reaches ``point`` number ``n`` (``step:N`` mid-step N after backward, ``save:N`` mid-save
-    of step N after the model file, ``change:N`` at fix-links' N-th file-system change). Unset: nothing."""
-    if os.environ.get(KILL_ENV) == f"{point}:{n}":
-        os.kill(os.getpid(), signal.SIGKILL)
+    of step N after the model file, ``change:N`` at fix-links' N-th file-system change). ``SIGNAL@POINT:N``
+    sends that signal instead (``TERM@step:N``: the notice Slurm gives before it stops a job). Unset: nothing."""
+    name, _, where = os.environ.get(KILL_ENV, "").rpartition("@")
+    if where == f"{point}:{n}":
+        os.kill(os.getpid(), signal.Signals[f"SIG{name}"] if name else signal.SIGKILL)

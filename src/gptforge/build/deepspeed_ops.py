@@ -92,7 +92,9 @@ def resolve_source(src: Path | None, version: str | None) -> DeepSpeedSource:
         return DeepSpeedSource(str(path), found, f"tree-sha256:{tree_digest(path)}")
     version = version or installed_version()
     if version is None:
-        raise UsageError("--version", "no DeepSpeed version to build", "pass --version X.Y.Z, or --src with a DeepSpeed sdist")
+        raise UsageError("--version", "DeepSpeed is not installed here, so there is no version to build its ops for",
+                         "run it in an environment with DeepSpeed (the project's GPU environments have it), "
+                         "or pass --version X.Y.Z or --src with a DeepSpeed sdist")
     try:
         Version(version)
     except InvalidVersion:

@@ -8,6 +8,7 @@ import sys
 
 from gptforge.cli import group
 from gptforge.errors import UsageError
+from gptforge.terminal import stdout_console
 
 _CHECK_HELP = """Judge a combination of versions offline (what-if), with the same rules as `gptforge doctor`.
 Give any subset; what is not given is not checked. Exit status: 0 no error, 1 an error, 2 bad input."""
@@ -166,8 +167,6 @@ def combination_from_args(args):
 
 
 def run_check(args) -> int:
-    from rich.console import Console
-
     from gptforge.compat import check, is_ok, report_json
     from gptforge.compat.findings import findings_table
 
@@ -175,7 +174,7 @@ def run_check(args) -> int:
     if args.json:
         print(json.dumps(report_json(findings), indent=2))
         return 0 if is_ok(findings) else 1
-    console = Console()
+    console = stdout_console()
     if not findings:
         console.print("[green]ok[/green]: no problem found in this combination")
         return 0
@@ -186,7 +185,6 @@ def run_check(args) -> int:
 
 
 def run_recommend(args) -> int:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
@@ -202,8 +200,8 @@ def run_recommend(args) -> int:
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
         return 0 if result.ok else 1
-    console = Console()
-    table = Table(title=f"gptforge environments for driver {driver}", show_lines=True)
+    console = stdout_console()
+    table = Table(title=f"gptforge environments for driver {driver}", title_justify="left", show_lines=True)
     for column in ("environment", "CUDA", "fits", "why"):
         table.add_column(column, overflow="fold")
     for verdict in result.verdicts:

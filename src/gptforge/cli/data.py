@@ -133,10 +133,13 @@ def run_inspect(args) -> int:
     if args.json:
         print(json.dumps(s.as_dict(), indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{s.prefix}", show_header=False)
+    from gptforge.terminal import stdout_console
+
+    table = Table(title=f"{s.prefix}", title_justify="left", show_header=False)
+    table.add_column()
+    table.add_column(overflow="fold")  # a value too wide for the terminal goes on over lines, never cut
     rows = [
         ("documents", f"{s.documents:,}" + (f" ({s.empty_documents:,} empty)" if s.empty_documents else "")),
         ("sequences", f"{s.sequences:,}"), ("tokens", f"{s.tokens:,}"),
@@ -148,7 +151,7 @@ def run_inspect(args) -> int:
     ]
     for name, value in rows:
         table.add_row(name, value)
-    Console().print(table)
+    stdout_console().print(table)
     return 0
 
 

@@ -33,7 +33,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cuda", metavar="X.Y",
                         help="CUDA release the libraries must match (default: the env's cuda-version "
                              "package, else the CUDA torch was built with)")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan; change nothing, load nothing")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan; change nothing. Without --cuda it may still run PREFIX/bin/nvcc "
+                             "--version, or load the prefix's libcudart in a child process, to read the CUDA release")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--undo", action="store_true", help="restore the links recorded by the last repair")
     parser.add_argument("--verbose", action="store_true", help="list every planned change and finding "

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from gptforge.errors import GptforgeError, UsageError
+
 TRAIN_HELP = "pretrain a GPT-2 (embedded corpus by default); torchrun / deepspeed / srun launch it on many GPUs"
 TRAIN_EPILOG = """\
 examples:
@@ -25,8 +27,8 @@ def register(subparsers, groups) -> None:
     p = subparsers.add_parser("train", help=TRAIN_HELP, description=TRAIN_HELP, epilog=TRAIN_EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter, intermixed=True)
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. lr=3e-4 train-iters=200")
-    p.add_argument("--config", default="gpt2-tiny", help="packaged config name (gpt2-tiny, gpt2-124m, gpt2-350m, "
-                   "gpt2-774m, gpt2-1.5b) or a .toml path (default: gpt2-tiny)")
+    p.add_argument("--config", default="gpt2-tiny", help="packaged config name (gpt2-tiny, gpt2-124m, "
+                   "gpt2-124m-hopper, gpt2-350m, gpt2-774m, gpt2-1.5b) or a .toml path (default: gpt2-tiny)")
     p.add_argument("--run-dir", type=Path, help="where logs, checkpoints and the plot go "
                    "(default: runs/CONFIG-TIMESTAMP; runs/CONFIG under a distributed launcher)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in the run "
@@ -47,7 +49,8 @@ def register(subparsers, groups) -> None:
                               description="generate text from a checkpoint (a run directory or one step_* directory)")
     s.add_argument("--checkpoint", type=Path, required=True, help="run directory, its checkpoints/ or a step_* directory")
     s.add_argument("--prompt", default="", help="text to continue (default: start of a document)")
-    s.add_argument("--max-new-tokens", type=int, default=200)
+    s.add_argument("--max-new-tokens", type=int, help="how many tokens to generate (default: 200, fewer where the "
+                   "model's context ends sooner)")
     s.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
     s.add_argument("--top-k", type=int, default=50, help="0: no top-k filter")
     s.add_argument("--seed", type=int, default=1234)
@@ -56,10 +59,22 @@ def register(subparsers, groups) -> None:
     s.set_defaults(func=run_sample)
 
 
+def require_torch() -> None:
+    """The package leaves torch to the environment, which brings the build for its CUDA (or the CPU one)."""
+    try:
+        import torch  # noqa: F401
+    except ModuleNotFoundError as err:
+        if err.name != "torch":
+            raise
+        raise GptforgeError("torch is not installed in this Python", "install the project's environment: pixi run -e cpu "
+                            "gptforge train, or in this venv pip install --require-hashes -r envs/cpu/requirements.txt "
+                            "(CPU; 'gptforge compat recommend' prints the line for this machine's GPU)") from None
+
+
 def run_train(args) -> int:
     from rich.console import Console
 
-    from gptforge.errors import UsageError
+    require_torch()
     from gptforge.train.config import list_keys, load_config, packaged_configs
 
     if args.list_configs:
@@ -74,6 +89,7 @@ def run_train(args) -> int:
         print(list_keys(cfg))
         return 0
     from gptforge.train.loop import RunOptions, train
+    from gptforge.train.preempt import PREEMPTED_EXIT
 
     opts = RunOptions(run_dir=args.run_dir, config_name=Path(args.config).stem, resume=args.resume,
                       device=args.device, deepspeed=args.deepspeed,
@@ -81,12 +97,17 @@ def run_train(args) -> int:
     console = Console(stderr=args.json, soft_wrap=True)
     result = train(cfg, opts, console=console)
 
+    code = 0 if result.stopped_at is None else PREEMPTED_EXIT
     if result.metrics is None:
-        return 0
+        return code
     if args.json:
         json.dump({k: (str(v) if isinstance(v, Path) else v) for k, v in vars(result).items()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return 0
+        return code
+    if result.stopped_at is not None:
+        console.print(f"\n[bold yellow]SIGTERM[/]: stopped after step {result.stopped_at}, saved in {result.last_checkpoint}; "
+                      f"the same command with --resume continues the run (exit status {code})")
+        return code
     console.print(f"\n[bold green]done[/]: {result.steps} steps{_validation_text(result)}")
     console.print(f"  metrics (JSONL): {result.metrics}")
     console.print(f"  TensorBoard:     tensorboard --logdir {result.tensorboard}")
@@ -103,6 +124,10 @@ def _validation_text(result) -> str:
 
 
 def run_sample(args) -> int:
+    from gptforge.train.config import check_sampling
+
+    check_sampling(args.max_new_tokens, args.temperature, args.top_k or None, args.seed, args.prompt)  # no torch import
+    require_torch()
     from gptforge.train.sample import generate
 
     out = generate(args.checkpoint, args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,

@@ -78,13 +78,18 @@ def _runs_on_any(arches: tuple[str, ...], cc: CC) -> bool:
     return any(runs_on(parse_arch(a), cc) for a in arches)
 
 
+def in_a_venv(line: str, python: str) -> str:
+    """LINE run in a new venv of PYTHON where it installs with pip: the hashed exports hold wheels for that Python only."""
+    return f"python{python} -m venv .venv && . .venv/bin/activate && {line}" if line.startswith("pip ") else line
+
+
 @cache
 def environments() -> tuple[Environment, ...]:
     rows = load_table("environments.toml")["environment"]
     return tuple(
         Environment(
             name=row["name"], torch=row["torch"], torch_channel=row["torch_channel"], python=row["python"],
-            gcc=tuple(row["gcc"]), why=" ".join(row["why"].split()), source=row["source"], venv=row["venv"],
+            gcc=tuple(row["gcc"]), why=" ".join(row["why"].split()), source=row["source"], venv=in_a_venv(row["venv"], row["python"]),
             cuda=row.get("cuda"), cudnn=row.get("cudnn"), nccl=row.get("nccl"),
             min_driver=row.get("min_driver"), sm=tuple(row.get("sm", ())), variant_of=row.get("variant_of"),
             variant_sm=tuple(row.get("variant_sm", ())),

@@ -2,7 +2,7 @@
 
 TE's loader prefers a system cuDNN (CUDNN_HOME, CUDNN_PATH, CUDA_HOME, /usr/local/cuda, then the loader's path) to the
 pip one torch loads; beside torch's, a sub-library of the system one fails with an undefined symbol, or torch's own
-check reports a "cuDNN version incompatibility" after the import (BENCHMARKS.md run 81).
+check reports a "cuDNN version incompatibility" after the import.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from gptforge.core.versions import CudaVersion, VersionError, parse_cuda
 
@@ -73,7 +73,7 @@ def parse_wheel_name(filename: str) -> WheelBuild:
     """The build a wheel's file name states (PEP 427 name, parsed by packaging)."""
     try:
         name, version, _build, tags = parse_wheel_filename(Path(filename).name)
-    except (InvalidWheelFilename, InvalidVersion) as err:
+    except ValueError as err:  # InvalidWheelFilename, InvalidVersion, or a number of more digits than Python converts
         example = "flash_attn-2.5.5+cu118torch2.2cxx11abiFALSE-cp38-cp38-linux_x86_64.whl"
         raise VersionError(f"{filename!r} is not a wheel file name ({err}); give the .whl file or its exact "
                            f"name, e.g. {example}") from None
@@ -95,7 +95,10 @@ def read_wheel(path_or_name: str) -> WheelBuild:
     """A wheel file (its name, then its METADATA's torch pin) or just a wheel's file name."""
     build = parse_wheel_name(path_or_name)
     path = Path(path_or_name)
-    if not path.is_file():
+    try:
+        if not path.is_file():
+            return build
+    except OSError:  # a name too long to be a file's
         return build
     try:
         with zipfile.ZipFile(path) as wheel:
@@ -128,7 +131,7 @@ def _installed(dist) -> WheelBuild | None:
                 pass
     try:
         version = Version(dist.version)
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or a number of more digits than Python converts
         return None
     build = _from_version(canonicalize_name(name), version, f"{name} {dist.version} (installed)")
     return replace(build, torch_pin=_torch_pin(dist.requires or []))

@@ -1,4 +1,5 @@
-"""Where the CuTe DSL is installed, and whether it counts as installed code for quack's kernel cache.
+"""Whether a module imports, where the CuTe DSL is installed, and whether it counts as installed code for quack's
+kernel cache.
 
 The DSL (nvidia-cutlass-dsl) is what FA4's and quack's kernels are written in; the trainer asks before
 turning quack's GEMMs on, the doctor reports it.
@@ -6,10 +7,21 @@ turning quack's GEMMs on, the doctor reports it.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from pathlib import Path
 
 DSL_PACKAGE = "nvidia_cutlass_dsl"
+
+
+def import_error(module: str) -> str | None:
+    """Why MODULE cannot be imported (the exception's first line), or None when it can."""
+    try:
+        importlib.import_module(module)
+    except Exception as e:  # an installed-but-broken extension raises more than ImportError
+        first = (str(e).splitlines() or [""])[0]
+        return f"{type(e).__name__}: {first[:200]}"
+    return None
 
 
 def dsl_directory() -> str | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterator
 
 from gptforge.errors import GptforgeError, UsageError
-from gptforge.storage import atomic_path, build_once, write_atomic
+from gptforge.storage import atomic_path, build_once, write_atomic, writing
 
 CORPUS_NAME = "stdlib_docs"
 CORPUS_FORMAT = 2  # bump when the assembly below or the saved files change
@@ -96,7 +96,7 @@ def write_corpus_jsonl(path: Path) -> tuple[int, str]:
     """Write the corpus as JSON lines (``{"text": ...}``); returns (documents, sha256 of the file)."""
     digest = hashlib.sha256()
     count = 0
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+    with writing(path), atomic_path(path) as tmp, open(tmp, "wb") as f:
         for text in corpus_documents():
             line = (json.dumps({"text": text}, ensure_ascii=False) + "\n").encode("utf-8")
             digest.update(line)

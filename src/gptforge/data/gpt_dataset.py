@@ -32,7 +32,7 @@ from gptforge.core.dataspec import SPLIT_NAMES, split_weights
 from gptforge.data.indexed import IndexedDataset, idx_path
 from gptforge.data.sample_index import build_blending_indices, build_sample_idx
 from gptforge.errors import UsageError
-from gptforge.storage import atomic_path, build_once, write_atomic
+from gptforge.storage import atomic_path, build_once, write_atomic, write_failed, writing
 
 SEPARATE_EPOCH_THRESHOLD = 0.80
 MID_LEVEL_SURPLUS = 0.005  # Megatron's default extra samples per blended component
@@ -151,12 +151,12 @@ class GPTDataset(Sequence):
             arrays = build_indices(self.dataset.sequence_lengths, documents, self.num_samples, self.seq_length,
                                    json.loads(self.description)["random_seed"])
             for name, array in zip(names, arrays):
-                with atomic_path(paths[name]) as tmp:
+                with writing(paths[name]), atomic_path(paths[name]) as tmp:
                     np.save(tmp, array, allow_pickle=False)
             write_atomic(paths["description"], self.description.encode())  # written last: marks a complete entry
             return paths["description"]
 
-        build_once(cache_dir / f"{self.cache_key}.lock", cached, build)
+        build_once(cache_dir / f"{self.cache_key}.lock", cached, build, unwritable=lambda err: write_failed(cache_dir, err))
         return tuple(np.load(paths[n], mmap_mode="r") for n in names)
 
     def __len__(self) -> int:
@@ -241,7 +241,8 @@ def build_gpt_datasets(
     if weights is None:
         weights = [float(d.num_tokens) for d in datasets]
     if any(w < 0 for w in weights) or sum(weights) <= 0:
-        raise UsageError("--data-path", f"weights {list(weights)} must be >= 0 and not all 0")
+        raise UsageError("--data-path", f"weights {list(weights)} must be >= 0 and not all 0",
+                         "give each prefix a weight >= 0, e.g. data-path='0.7 a_text 0.3 b_text'")
     normalised = [w / sum(weights) for w in weights]
     splits = [split_ranges(len(d), split) for d in datasets]
     out = []

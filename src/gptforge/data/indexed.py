@@ -21,8 +21,9 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from gptforge.errors import GptforgeError, UsageError
+from gptforge.errors import FileReadError, GptforgeError, UsageError
 from gptforge.paths import not_a_file
+from gptforge.reading import read_json
 from gptforge.storage import write_failed
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -45,6 +46,10 @@ CODE_BY_DTYPE = {np.dtype(t): c for c, t in DTYPE_BY_CODE.items()}
 
 class IndexedDatasetError(GptforgeError):
     """A .bin/.idx pair is missing, truncated or inconsistent."""
+
+    def __init__(self, message: str, fix: str | None = None):
+        super().__init__(message, fix or "the pair is damaged or was not written by gptforge prepare (nor Megatron): "
+                                         "`gptforge data inspect PREFIX` names the defect; re-run gptforge prepare")
 
 
 def optimal_dtype(vocab_size: int) -> np.dtype:
@@ -71,9 +76,9 @@ def read_tokenizer_record(prefix: str | os.PathLike) -> dict | None:
     if not path.is_file():
         return None
     try:
-        record = json.loads(path.read_text(encoding="utf-8")).get("tokenizer")
-    except (ValueError, AttributeError, OSError) as err:
-        raise IndexedDatasetError(f"{path}: unreadable dataset metadata ({err})", "remove it or re-run gptforge prepare") from None
+        record = read_json(path, max_bytes=1 << 20, expect=dict, fix="remove it or re-run gptforge prepare").get("tokenizer")
+    except FileReadError as err:
+        raise IndexedDatasetError(err.message, err.fix) from None
     if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in TOKENIZER_IDENTITY):
         raise IndexedDatasetError(f"{path}: the tokenizer record lacks {', '.join(TOKENIZER_IDENTITY)}", "re-run gptforge prepare")
     return record
@@ -441,7 +446,8 @@ class IndexedDatasetWriter:
                 meta_path(self.prefix).unlink(missing_ok=True)  # a record of earlier contents would now be wrong
 
     def abort(self) -> None:
-        self._bin.close()
+        with contextlib.suppress(OSError):  # a full disk fails the flush of what is buffered: it is discarded anyway
+            self._bin.close()
         for tmp in (self._tmp_bin, self._tmp_idx, self._tmp_meta):
             tmp.unlink(missing_ok=True)
 

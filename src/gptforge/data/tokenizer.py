@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import tomllib
 from pathlib import Path
@@ -21,8 +22,9 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from gptforge.core.dataspec import TOKENIZER_KINDS
-from gptforge.errors import GptforgeError, UsageError
+from gptforge.errors import FileReadError, GptforgeError, UsageError
 from gptforge.paths import not_a_file
+from gptforge.reading import read_json, read_text
 from gptforge.storage import publish_dir, write_failed, writing
 
 EOD_TOKEN = "<|endoftext|>"
@@ -30,6 +32,10 @@ VOCAB_NAME = "vocab.json"
 MERGES_NAME = "merges.txt"
 TRAINED_FILES = (VOCAB_NAME, MERGES_NAME, "tokenizer_meta.json", "tokenizer_config.json")  # what train_bytelevel writes
 PIECE_CHARS = 1 << 20  # longer documents are tokenized piece by piece (see ``pieces``)
+# BPE's time (training and encoding) grows with the square of a word's length: a megabyte without a space took
+# minutes. Runs of non-space characters longer than this are cut; no word of ordinary text is that long.
+LONGEST_WORD = 1 << 12
+_LONG_RUN = re.compile(rf"\S{{{LONGEST_WORD + 1},}}")
 
 
 class TokenizerError(GptforgeError):
@@ -71,7 +77,7 @@ class Tokenizer:
         return [i for piece in pieces(text) for i in self._encode_piece(piece)]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        if any(len(t) > PIECE_CHARS for t in texts):
+        if any(len(t) > PIECE_CHARS or _LONG_RUN.search(t) for t in texts):  # cut as ``encode`` cuts
             return [self.encode(t) for t in texts]
         if self._tiktoken is not None:
             return [self._tiktoken.encode_ordinary(t) for t in texts]
@@ -110,15 +116,26 @@ def pieces(text: str, size: int | None = None) -> Iterator[str]:
 
     A piece ends before a space that follows a non-space and precedes one: GPT-2's pre-tokenizer starts a
     new word there whatever follows, so the pieces' tokens are the whole text's. A stretch of ``size``
-    characters without such a space is cut where it ends (the only place the tokens can differ).
+    characters without such a space is cut where it ends, and a run of non-space characters longer than
+    LONGEST_WORD every LONGEST_WORD characters (the only places the tokens can differ).
     """
     size = size or PIECE_CHARS
     start = 0
     while len(text) - start > size:
         cut = _word_start(text, start, start + size)
-        yield text[start:cut]
+        yield from _cut_long_runs(text[start:cut])
         start = cut
-    yield text[start:]
+    yield from _cut_long_runs(text[start:])
+
+
+def _cut_long_runs(piece: str) -> Iterator[str]:
+    """``piece``, cut inside each run of more than LONGEST_WORD non-space characters (and nowhere else)."""
+    start = 0
+    for run in _LONG_RUN.finditer(piece):
+        for cut in range(run.start() + LONGEST_WORD, run.end(), LONGEST_WORD):
+            yield piece[start:cut]
+            start = cut
+    yield piece[start:]
 
 
 def _word_start(text: str, start: int, end: int) -> int:
@@ -130,12 +147,14 @@ def _word_start(text: str, start: int, end: int) -> int:
 
 
 def _read_vocab(path: Path) -> dict[str, int]:
+    fix = "give a vocab.json of token -> id (GPT-2's, or one gptforge prepare wrote)"
     try:
-        vocab = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise TokenizerError(f"{path} is not a JSON vocabulary: {err}") from None
-    if not isinstance(vocab, dict):
-        raise TokenizerError(f"{path} is not a JSON object of token -> id")
+        vocab = read_json(path, max_depth=1, expect=dict, fix=fix)
+    except FileReadError as err:
+        raise TokenizerError(err.message, err.fix) from None
+    bad = next((token for token, i in vocab.items() if isinstance(i, bool) or not isinstance(i, int) or i < 0), None)
+    if bad is not None:
+        raise TokenizerError(f"{path}: token {bad!r} maps to {vocab[bad]!r}, not a token id", fix)
     return vocab
 
 
@@ -144,8 +163,29 @@ def _hf_tokenizer(vocab_file: Path, merge_file: Path):
 
     try:
         return ByteLevelBPETokenizer.from_file(str(vocab_file), str(merge_file))
-    except Exception as err:  # the library raises plain Exception on malformed files
-        raise TokenizerError(f"cannot load BPE files {vocab_file}, {merge_file}: {err}") from None
+    except Exception:  # the library raises plain Exception on malformed files, in words of its own
+        raise TokenizerError(f"cannot load BPE files {vocab_file}, {merge_file}: {_bpe_problem(vocab_file, merge_file)}",
+                             BPE_FIX) from None
+
+
+BPE_FIX = "give the vocab.json and merges.txt of one tokenizer, e.g. those gptforge prepare wrote"
+
+
+def _bpe_problem(vocab_file: Path, merge_file: Path) -> str:
+    """What is wrong with a pair of BPE files the library refused, in our words."""
+    vocab = _read_vocab(vocab_file)
+    if len(set(vocab.values())) != len(vocab):
+        return f"two tokens of {vocab_file.name} share one id"
+    for number, line in enumerate(read_text(merge_file, fix=BPE_FIX).splitlines(), 1):
+        if not line or (number == 1 and line.startswith("#version")):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2 or not all(parts):
+            return f"{merge_file.name} line {number} is not two tokens separated by one space"
+        missing = next((t for t in (*parts, "".join(parts)) if t not in vocab), None)
+        if missing is not None:
+            return f"{merge_file.name} line {number} names {missing!r}, which {vocab_file.name} does not hold"
+    return "the two files do not make one byte-level BPE tokenizer"
 
 
 # GPT-2's pre-tokenizer regex as tiktoken writes it (tiktoken_ext/openai_public.py, r50k_pat_str).

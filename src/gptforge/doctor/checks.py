@@ -227,8 +227,8 @@ def check_hopper_kernels(machine: Machine) -> list[Finding]:
     if "quack-kernels" in kernels.packages and kernels.dsl_outside_site_packages:
         return [Finding("cute-dsl-outside-site-packages", W,
                         f"the CuTe DSL (nvidia-cutlass-dsl) is installed outside a site-packages directory "
-                        f"({kernels.dsl_directory}): quack's kernel cache fails on it, so gelu-epilogue=true falls back "
-                        "to the torch MLP",
+                        f"({kernels.dsl_directory}): quack's kernel cache fails on it, so accel=hopper "
+                        "stops with that reason",
                         "install nvidia-cutlass-dsl and quack-kernels into the environment with pip (not pip install --target)")]
     return []
 

@@ -9,6 +9,7 @@ from rich.text import Text
 from gptforge.compat.findings import Severity, findings_table
 from gptforge.probe.machine import (Apex, Compiler, CudaHome, Driver, HopperKernels, Host, Machine, NvccBinary, Torch,
                                     TransformerEngine)
+from gptforge.terminal import stdout_console
 
 _ABSENT = "-"
 
@@ -121,7 +122,7 @@ def _host_rows(host: Host | None) -> list[tuple[str, str]]:
 
 
 def render(report, strict: bool = False, console: Console | None = None) -> None:
-    console = console or Console(width=None if Console().is_terminal else 140)
+    console = console or stdout_console()
     machine = Table(title="machine", show_header=False, title_justify="left")
     machine.add_column(style="bold")
     machine.add_column(overflow="fold")

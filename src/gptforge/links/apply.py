@@ -34,7 +34,9 @@ def problems_before_change(layout: Layout, steps: list[Step], record_dir: str) -
         where = os.path.dirname(step.path)
         if not layout.inside(where) or (step.target and not layout.inside(os.path.join(where, step.target))):
             found.append(Finding("links-outside-prefix", Severity.ERROR,
-                                 f"refused: {step.path} -> {step.target} would lead outside {layout.prefix}"))
+                                 f"refused: {step.path} -> {step.target} would lead outside {layout.prefix}; nothing was changed",
+                                 "make that link by hand if you trust where it leads, or fix the prefix's links "
+                                 "it was planned from, then rerun"))
     dirs = sorted({os.path.dirname(s.path) for s in steps})
     dirs.append(record_dir if os.path.isdir(record_dir) else os.path.dirname(record_dir))
     read_only = [d for d in dict.fromkeys(dirs) if not writable(d)]
@@ -77,7 +79,7 @@ def replace_link(path: str, target: str) -> None:
     """Make ``path`` a symlink to ``target`` atomically: new link under a temp name, then rename."""
     if os.path.lexists(path) and not os.path.islink(path):
         raise GptforgeError(f"{path} became a file or directory while fix-links ran; stopped before replacing it",
-                            "rerun gptforge fix-links")
+                            "rerun the same gptforge fix-links command (with --undo if it was one)")
     tmp = os.path.join(os.path.dirname(path), f"{TMP_MARK}{os.getpid()}.{os.path.basename(path)}")
     if os.path.islink(tmp):
         os.unlink(tmp)

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import glob
-import json
 import os
 import sys
 
-from gptforge.errors import UsageError
+from gptforge.errors import FileReadError, UsageError
 from gptforge.links.families import Version
 from gptforge.links.layout import Layout
 from gptforge.links.libversion import read_versions
 from gptforge.probe.nvcc import parse_nvcc_release
 from gptforge.process import run_bounded, run_tool
+from gptforge.reading import read_json
 
 TORCH_TIMEOUT_S = 60  # importing torch from a cold disk; a hung interpreter is killed with its children
 
@@ -76,10 +76,9 @@ def expected_cuda(given: str | None, prefix: str, dry_run: bool = False) -> tupl
 def _version_json(prefix: str) -> tuple[Version, str] | None:
     """NVIDIA's toolkit installers write $CUDA_HOME/version.json: {"cuda": {"version": "13.0.2"}, ...}."""
     try:
-        with open(os.path.join(prefix, "version.json"), encoding="utf-8") as f:
-            version = json.load(f)["cuda"]["version"]
+        version = read_json(os.path.join(prefix, "version.json"), max_bytes=1 << 20)["cuda"]["version"]
         return parse_cuda(version, "version.json"), "version.json"
-    except (OSError, ValueError, KeyError, TypeError, UsageError):
+    except (FileReadError, KeyError, TypeError, UsageError):
         return None
 
 
@@ -108,9 +107,8 @@ def _runtime_file(prefix: str) -> tuple[Version, str] | None:
 def _cuda_version_record(prefix: str) -> tuple[Version, str] | None:
     for path in sorted(glob.glob(os.path.join(prefix, "conda-meta", "cuda-version-*.json"))):
         try:
-            with open(path, encoding="utf-8") as f:
-                record = json.load(f)
-        except (OSError, ValueError, RecursionError):
+            record = read_json(path, max_bytes=1 << 20)
+        except FileReadError:
             continue
         name = os.path.basename(path)
         if not isinstance(record, dict):

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 
-from gptforge.errors import GptforgeError
+from gptforge.errors import FileReadError, GptforgeError
 from gptforge.links.layout import TMP_MARK, Layout
+from gptforge.reading import read_json
 from gptforge.storage import write_atomic, writing
 
 KINDS = ("absent", "link", "file", "dir", "other")
+MAX_RECORD_BYTES = 16 << 20  # a record lists the links of one prefix: far below this
 
 
 class BadRecord(GptforgeError):
@@ -33,14 +36,15 @@ class UndoRecord:
 
     @classmethod
     def load(cls, layout: Layout) -> "UndoRecord | None":
+        check_own_places(layout)
         try:
-            with open(layout.undo_path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as err:
-            raise BadRecord(f"cannot read the undo record {layout.undo_path}: {err}",
-                            "inspect it; delete it only if you do not need --undo") from None
+            data = read_json(layout.undo_path, max_bytes=MAX_RECORD_BYTES,
+                             fix="inspect it; delete it only if you do not need --undo")
+        except FileReadError as err:
+            if err.code == "missing":
+                return None
+            raise BadRecord(err.message.replace("cannot read ", "cannot read the undo record ", 1) + "; nothing was changed",
+                            err.fix) from None
         problem = validate(layout, data)
         if problem:
             raise BadRecord(f"refused the undo record {layout.undo_path}: {problem}; nothing was changed",
@@ -92,6 +96,23 @@ class UndoRecord:
                 os.unlink(os.path.join(directory, name))
         if not os.listdir(directory):
             os.rmdir(directory)
+
+
+def check_own_places(layout: Layout) -> None:
+    """PREFIX/.gptforge and the record in it are fix-links' own: a symbolic link (or another kind of file) there
+    would send the record's writes and --undo's deletes wherever it points, so it is refused before any change."""
+    directory = os.path.dirname(layout.undo_path)
+    for path, is_kind, kind in ((directory, stat.S_ISDIR, "directory"), (layout.undo_path, stat.S_ISREG, "file")):
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return
+        except NotADirectoryError:
+            return  # the directory above was refused already
+        if stat.S_ISLNK(mode) or not is_kind(mode):
+            what = "a symbolic link" if stat.S_ISLNK(mode) else f"not a {kind}"
+            raise BadRecord(f"{path} is {what}, where fix-links keeps its own {kind}; nothing was changed",
+                            f"move {path} out of the prefix (fix-links did not make it), then rerun")
 
 
 def validate(layout: Layout, data) -> str | None:

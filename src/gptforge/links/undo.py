@@ -20,6 +20,12 @@ def undo_steps(layout: Layout, record: UndoRecord) -> tuple[list[Step], list[Fin
         path = os.path.join(layout.prefix, item["path"])
         before, now = item["before"], scan.entry(path)
         after = item.get("after")
+        if after is None and now.to_json() != before:  # no proof that fix-links made what is there now
+            findings.append(Finding("links-undo-conflict", Severity.ERROR,
+                                    f"{item['path']}: the record does not say what fix-links left there (no \"after\"), "
+                                    f"and it is now {_shown(now.to_json())}; nothing was restored",
+                                    f"if fix-links made it, put back {_shown(before)} by hand; then rerun --undo"))
+            continue
         if after is not None and now.to_json() != after and now.to_json() != before:
             findings.append(Finding("links-undo-conflict", Severity.ERROR,
                                     f"{item['path']} changed since fix-links ({_shown(now.to_json())}, fix-links left "

@@ -150,7 +150,7 @@ class TransformerEngine(Package):
 
 @dataclass(frozen=True)
 class HopperKernels:
-    """flash-attn-4 and quack-kernels (attention-backend=flash4, gelu-epilogue) and their CuTe DSL."""
+    """flash-attn-4 and quack-kernels (accel=hopper) and their CuTe DSL."""
     installed: bool
     packages: dict[str, str]
     dsl_directory: str | None

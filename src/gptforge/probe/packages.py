@@ -17,7 +17,7 @@ from gptforge.core.installed import dsl_directory, outside_site_packages
 APEX_EXTENSIONS = ("fused_layer_norm_cuda", "amp_C", "apex_C")
 TE_DISTRIBUTIONS = ("transformer_engine", "transformer_engine_torch", "transformer_engine_cu12",
                     "transformer_engine_cu13")
-HOPPER_DISTRIBUTIONS = ("flash-attn-4", "quack-kernels", "nvidia-cutlass-dsl")  # attention-backend=flash4, gelu-epilogue
+HOPPER_DISTRIBUTIONS = ("flash-attn-4", "quack-kernels", "nvidia-cutlass-dsl")  # accel=hopper
 
 
 def _version(distribution: str) -> str | None:

@@ -14,21 +14,24 @@ file is read, so damage is named instead of resumed from.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
-import pickle
 import os
 import random
 import re
 import shutil
+import stat
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from gptforge.errors import GptforgeError, UsageError
+from gptforge.errors import FileReadError, GptforgeError, UsageError
+from gptforge.reading import read_json
 from gptforge.storage import kill_point, publish_dir, write_atomic, writing
+from gptforge.train import sizes
 
 PREFIX = "step_"
 TRAINER_FILE = "trainer.pt"
@@ -76,12 +79,13 @@ def verify(ckpt: Path, names: list[str] | None = None) -> None:
     """Check ``names`` (default: every listed file) against checksums.json; a mismatch names the file."""
     listing_path = ckpt / CHECKSUMS_FILE
     try:
-        listing = json.loads(listing_path.read_text())["files"]
-        assert isinstance(listing, dict)
-    except FileNotFoundError:
-        raise GptforgeError(f"{listing_path} is missing, so {ckpt.name} cannot be checked", DAMAGED) from None
-    except (OSError, ValueError, KeyError, TypeError, AssertionError):
-        raise GptforgeError(f"{listing_path} is not a checksum list", DAMAGED) from None
+        listing = read_json(listing_path, expect=dict, fix=DAMAGED).get("files")
+    except FileReadError as err:
+        if err.code == "missing":
+            raise GptforgeError(f"{listing_path} is missing, so {ckpt.name} cannot be checked", DAMAGED) from None
+        raise
+    if not isinstance(listing, dict) or not all(isinstance(v, str) for v in listing.values()):
+        raise GptforgeError(f"{listing_path} is not a checksum list", DAMAGED)
     for name in names if names is not None else listing:
         path = ckpt / name
         if name not in listing:
@@ -100,8 +104,7 @@ def begin(root: Path, step: int) -> Path:
     """Rank 0: an empty staging directory for the checkpoint of ``step``."""
     root.mkdir(parents=True, exist_ok=True)
     tmp = staging_dir(root, step)
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    remove_leftover(tmp)
     tmp.mkdir()
     return tmp
 
@@ -119,15 +122,34 @@ def commit(root: Path, step: int, keep_last: int) -> Path:
 
 
 def complete_checkpoints(root: Path) -> list[Path]:
-    if not root.is_dir():
+    """The checkpoints under ``root``, oldest first: real directories named step_N holding trainer.pt. A link
+    named like one is not ours (it would be loaded, and pruning would delete what it points at)."""
+    if not root.is_dir() or root.is_symlink():
         return []
-    found = [p for p in root.iterdir() if STEP_DIR.fullmatch(p.name) and p.is_dir() and (p / TRAINER_FILE).is_file()]
+    found = [p for p in root.iterdir() if STEP_DIR.fullmatch(p.name) and _real_dir(p) and (p / TRAINER_FILE).is_file()]
     return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
+
+
+def _real_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def remove_leftover(path: Path) -> None:
+    """Remove a name a killed save or prune left behind: a directory's tree, a file, or a link itself (never
+    what it points at)."""
+    if _real_dir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        path.unlink(missing_ok=True)
 
 
 def prune(root: Path, keep_last: int) -> None:
     for old in complete_checkpoints(root)[:-keep_last]:
         trash = root / f".trash-{old.name}"
+        remove_leftover(trash)
         os.replace(old, trash)
         shutil.rmtree(trash, ignore_errors=True)
 
@@ -137,7 +159,7 @@ def clean_staging(root: Path) -> None:
     if root.is_dir():
         for p in root.iterdir():
             if p.name.startswith((".tmp-", ".trash-", ".latest.tmp-")):  # .latest.tmp-: write_atomic's temp
-                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+                remove_leftover(p)
 
 
 def latest(root: Path) -> Path | None:
@@ -163,11 +185,20 @@ def load_file(path: Path):
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch.load raises whatever its unpickler meets in a damaged file
-        if isinstance(err, pickle.UnpicklingError) and "Unsupported global" in str(err):
+        if unsafe_globals(path):
             raise GptforgeError(f"refused to read {path}: it holds Python objects other than tensors and plain "
                                 "values (loading them could run code)", "use a checkpoint you trust, written by gptforge") from None
         first_line = (str(err).strip().splitlines() or [""])[0][:120]
         raise GptforgeError(f"cannot read {path}: {type(err).__name__}: {first_line}", DAMAGED) from None
+
+
+def unsafe_globals(path: Path) -> list[str]:
+    """The names a file would import on unpickling beyond tensors and plain values, read from its opcodes
+    without running any (so the refusal does not hang on the wording of one torch release's message)."""
+    try:
+        return torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # not a torch zip file at all: damaged, not a payload
+        return []
 
 
 def read_trainer_state(ckpt: Path) -> dict:
@@ -175,6 +206,16 @@ def read_trainer_state(ckpt: Path) -> dict:
     state = load_file(ckpt / TRAINER_FILE)
     check_trainer_state(state, ckpt / TRAINER_FILE)
     return state
+
+
+def check_engine(state: dict, ckpt: Path, deepspeed: bool, fsdp: bool) -> None:
+    """CKPT (its trainer STATE) was written by the engine this run uses: DeepSpeed, FSDP or plain torch."""
+    for key, engine, flag, used_now in (("deepspeed", "DeepSpeed", "--deepspeed CONFIG", deepspeed),
+                                        ("fsdp", "FSDP", "--fsdp", fsdp)):
+        used = state.get(key, False)
+        if used != used_now:
+            raise UsageError("--resume", f"{ckpt.name} was written {'with' if used else 'without'} {engine}",
+                             f"resume with the same engine ({flag} or none)")
 
 
 def check_trainer_state(state, path: Path) -> None:
@@ -202,7 +243,12 @@ def _trainer_state_problem(state) -> str | None:
     if state["step"] < 0 or state["consumed_samples"] < 0:
         return "a negative step or sample count"
     return (_fields_problem(state["model_config"], ModelConfig, "model_config")
-            or _fields_problem(state["tokenizer"], TokenizerSpec, "tokenizer"))
+            or _fields_problem(state["tokenizer"], TokenizerSpec, "tokenizer")
+            or _prefixed("model_config", sizes.model_problem(state["model_config"])))
+
+
+def _prefixed(name: str, problem: str | None) -> str | None:
+    return f"{name}: {problem}" if problem else None
 
 
 def _fields_problem(values: dict, cls, name: str) -> str | None:
@@ -248,12 +294,29 @@ def capture_rng() -> dict:
 
 
 def restore_rng(state: dict) -> None:
-    random.setstate(state["python"])
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch_cpu"])
-    if "torch_cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["torch_cuda"])
+    with state_errors("the checkpoint's RNG state (rng_rank<R>.pt)"):
+        random.setstate(state["python"])
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+        torch.set_rng_state(state["torch_cpu"])
+        if "torch_cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["torch_cuda"])
+
+
+@contextlib.contextmanager
+def state_errors(where: Path | str):
+    """A saved state that loads (plain values and tensors) but does not fit what it is loaded into, wrong
+    shapes, an empty optimizer state, a scheduler or RNG state of garbage, is one line naming it."""
+    try:
+        yield
+    except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+        if "can't allocate memory" in str(err):
+            raise
+        lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()] or [""]
+        first_line = " ".join(lines[:2] if lines[0].endswith(":") else lines[:1])[:200]  # torch: "Error(s) in ...:"
+        raise GptforgeError(f"{where}: the saved state does not fit this run ({type(err).__name__}: {first_line})",
+                            "the checkpoint is damaged or not this run's; resume from an older one, or start a new "
+                            "--run-dir") from None
 
 
 def write_rank_files(tmp: Path, rank: int, rng_state: dict) -> None:

@@ -17,12 +17,15 @@ from importlib import resources
 from pathlib import Path
 
 from gptforge.core.dataspec import TOKENIZER_KINDS, split_weights
-from gptforge.errors import UsageError
+from gptforge.errors import FileReadError, UsageError
 from gptforge.model.config import ModelConfig
+from gptforge.reading import read_json, read_toml
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+ACCEL_CHOICES = ("none", "triton", "hopper", "te-fp8")  # gptforge.accel's sets of kernels
 MODEL_KEYS = ("num-layers", "hidden-size", "num-attention-heads")  # a config file must say which model
 SEED_LIMIT = 2**32  # numpy's RandomState (the dataset shuffles) takes seeds in [0, 2**32)
+CONFIG_BYTES = 1 << 20  # a config file is a screenful of keys
 TOKENIZERS = ("default", *TOKENIZER_KINDS)  # default: the embedded corpus, which brings its own
 KEYS = tomllib.loads(Path(__file__).with_name("keys.toml").read_text())
 
@@ -112,7 +115,6 @@ class TrainConfig:
     save_interval: int
     keep_last: int
     log_interval: int
-    gc_interval: int
     # data
     data_path: list
     split: str
@@ -122,37 +124,10 @@ class TrainConfig:
     merge_file: str
     default_vocab_size: int
     data_cache_dir: str
-    # precision and accelerators (each used only when installed AND asked for)
+    # precision and speed
     precision: str
-    tf32: bool
     compile: bool
-    compile_mode: str
-    compile_combo_kernels: bool
-    compile_norm_rows: int
-    compile_tied_scatter: bool
-    attention_backend: str
-    fused_loss: bool
-    fp8_output: bool
-    fp8_output_logits: bool
-    loss_epilogue: bool
-    loss_chunk_tokens: int
-    gelu_epilogue: bool
-    bf16_residual: bool
-    qkv_bias_gemm: bool
-    mlp_bias_gemm: bool
-    hopper_kernels: str
-    fused_adamw: bool
-    bf16_weights: bool
-    apex_fused_adam: bool
-    apex_layernorm: bool
-    transformer_engine: bool
-    fp8: bool
-    fp8_recipe: str
-    float8: str
-
-    def __post_init__(self):
-        # the keys a config file or an override set (load_config); a choice like hopper-kernels=auto leaves them as given
-        self.given: frozenset[str] = frozenset()
+    accel: str
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(
@@ -175,12 +150,6 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return {key_name(f.name): getattr(self, f.name) for f in fields(self)}
-
-
-def value_changes(before: dict, after: dict) -> list[str]:
-    """'KEY OLD -> NEW' (values as JSON) for each key that both config dicts hold with different values."""
-    return [f"{key} {json.dumps(before[key])} -> {json.dumps(value)}"
-            for key, value in after.items() if key in before and before[key] != value]
 
 
 KNOWN_KEYS = {key_name(f.name): f for f in fields(TrainConfig)}
@@ -257,7 +226,7 @@ def override_value(raw: str, kind: type):
     float; anything else is the text itself (bare strings need no quotes: data-path=my/prefix precision=bf16)."""
     try:
         value = float(raw) if kind is float else json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return raw  # a bare word; where the key needs another kind, check_value says so
     return raw if kind in TEXT_KINDS and not isinstance(value, TEXT_KINDS[kind]) else value
 
@@ -265,12 +234,11 @@ def override_value(raw: str, kind: type):
 def read_config_file(path: Path) -> dict:
     """The keys of a TOML config, or of a run's resolved config (JSON)."""
     try:
-        text = path.read_text()
-        return json.loads(text) if path.suffix == ".json" else flatten(tomllib.loads(text), path.name)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UsageError("--config", f"{path.name} is not valid {path.suffix[1:].upper()}: {err}", "fix the file") from None
-    except OSError as err:
-        raise UsageError("--config", f"cannot read {path}: {err.strerror}", "give a readable .toml file") from None
+        if path.suffix == ".json":
+            return read_json(path, max_bytes=CONFIG_BYTES, expect=dict, fix="fix the file")
+        return flatten(read_toml(path, max_bytes=CONFIG_BYTES, fix="fix the file"), path.name)
+    except FileReadError as err:
+        raise UsageError("--config", err.message, err.fix) from None
 
 
 def load_config(name_or_path: str, overrides: list[str] = ()) -> tuple[TrainConfig, Path]:
@@ -287,9 +255,7 @@ def load_config(name_or_path: str, overrides: list[str] = ()) -> tuple[TrainConf
     for text in overrides:
         key, value = parse_override(text)
         values[key] = value
-    cfg = TrainConfig(**{attr_name(k): v for k, v in values.items()})
-    cfg.given = frozenset(values)
-    return cfg, path
+    return TrainConfig(**{attr_name(k): v for k, v in values.items()}), path
 
 
 def validate(cfg: TrainConfig, world_size: int = 1) -> None:
@@ -305,7 +271,7 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
     for attr in positive:
         if getattr(cfg, attr) <= 0:
             raise UsageError(key_name(attr), f"must be positive, got {getattr(cfg, attr)}", "set a value > 0")
-    non_negative = ("min_lr", "lr_warmup_iters", "lr_decay_iters", "weight_decay", "adam_eps", "clip_grad", "gc_interval")
+    non_negative = ("min_lr", "lr_warmup_iters", "lr_decay_iters", "weight_decay", "adam_eps", "clip_grad")
     for attr in non_negative:
         if getattr(cfg, attr) < 0:
             raise UsageError(key_name(attr), f"must be >= 0, got {getattr(cfg, attr)}", "set a value >= 0")
@@ -328,9 +294,6 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
         raise UsageError("precision", f"{cfg.precision!r} is not one of {', '.join(PRECISIONS)}", "precision=auto")
     if not 0.0 <= cfg.lr_warmup_fraction < 1.0:
         raise UsageError("lr-warmup-fraction", f"{cfg.lr_warmup_fraction} is outside [0, 1)", "e.g. 0.01")
-    if cfg.compile_norm_rows < 0 or cfg.compile_norm_rows & (cfg.compile_norm_rows - 1):
-        raise UsageError("compile-norm-rows", f"{cfg.compile_norm_rows} is not 0 or a power of two",
-                         "compile-norm-rows=0 (inductor's pick) or e.g. 128")
     if cfg.min_lr > cfg.lr:
         raise UsageError("min-lr", f"{cfg.min_lr} is above lr={cfg.lr}", "set min-lr <= lr")
     if cfg.warmup_iters() >= cfg.decay_iters():
@@ -340,7 +303,8 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
         raise UsageError("dropout", f"{cfg.dropout} is outside [0, 1)", "e.g. 0.0")
     validate_split(cfg.split)
     validate_data_path(cfg.data_path)
-    validate_speed_keys(cfg)
+    if cfg.accel not in ACCEL_CHOICES:
+        raise UsageError("accel", f"{cfg.accel!r} is not one of {', '.join(ACCEL_CHOICES)}", "e.g. accel=triton")
     if cfg.tokenizer_type not in TOKENIZERS:
         raise UsageError("tokenizer-type", f"{cfg.tokenizer_type!r} is not one of {', '.join(TOKENIZERS)}",
                          "the tokenizer the data was prepared with, e.g. tokenizer-type=gpt2")
@@ -350,6 +314,29 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
 def check_seed(seed: int, flag: str) -> None:
     if not 0 <= seed < SEED_LIMIT:
         raise UsageError(flag, f"{seed} is outside [0, 2**32)", "e.g. 1234")
+
+
+FLOAT32_EPS = 2.0 ** -23  # torch.finfo(torch.float32).eps, without importing torch
+
+
+def check_sampling(max_new_tokens: int | None, temperature: float, top_k: int | None, seed: int,
+                   prompt: str = "") -> None:
+    """`gptforge sample`'s options, checked before a checkpoint (and torch) is loaded."""
+    if max_new_tokens is not None and max_new_tokens <= 0:
+        raise UsageError("--max-new-tokens", f"must be positive, got {max_new_tokens}", "e.g. --max-new-tokens 200")
+    if not 0 <= temperature < math.inf:
+        raise UsageError("--temperature", f"must be a finite number >= 0, got {temperature}", "0 means greedy, 0.8 is typical")
+    if 0 < temperature < FLOAT32_EPS:  # logits divided by it overflow to inf, softmax to nan
+        raise UsageError("--temperature", f"{temperature} is below float32's resolution",
+                         "use --temperature 0 for greedy decoding, or a typical 0.8")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as err:  # a byte of the command line that is not UTF-8, kept as a lone surrogate
+        raise UsageError("--prompt", f"character {err.start} ({prompt[err.start]!r}) is a byte that is not UTF-8",
+                         "pass the prompt as UTF-8 text") from None
+    check_seed(seed, "--seed")
+    if top_k is not None and top_k < 0:
+        raise UsageError("--top-k", f"must be >= 0, got {top_k}", "0 turns the filter off, 50 is typical")
 
 
 def check_tokenizer_keys(cfg: TrainConfig) -> None:
@@ -385,23 +372,3 @@ def validate_split(split: str) -> None:
     for name, weight in (("training", train), ("validation", valid)):
         if weight <= 0:
             raise UsageError("split", f"{split!r} leaves no {name} documents", "give it a share, e.g. split=949,50,1")
-
-
-COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
-FP8_RECIPES = ("delayed", "current")
-FLOAT8_RECIPES = ("off", "tensorwise", "rowwise")  # torchao's Float8LinearRecipeName values, and off
-HOPPER_KERNEL_CHOICES = ("auto", "on", "off")
-
-
-def validate_speed_keys(cfg: TrainConfig) -> None:
-    """The throughput levers: each names one of a fixed set of choices."""
-    from gptforge.model.layers import ATTENTION_CHOICES
-
-    choices = {"compile-mode": COMPILE_MODES, "attention-backend": ATTENTION_CHOICES, "fp8-recipe": FP8_RECIPES,
-               "float8": FLOAT8_RECIPES, "hopper-kernels": HOPPER_KERNEL_CHOICES}
-    for key, allowed in choices.items():
-        value = getattr(cfg, attr_name(key))
-        if value not in allowed:
-            raise UsageError(key, f"{value!r} is not one of {', '.join(allowed)}", f"e.g. {key}={allowed[0]}")
-    if cfg.loss_chunk_tokens <= 0:
-        raise UsageError("loss-chunk-tokens", f"must be positive, got {cfg.loss_chunk_tokens}", "e.g. loss-chunk-tokens=8192")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,11 +93,24 @@ def check_data_paths(cfg: TrainConfig) -> None:
             raise UsageError(attr.replace("_", "-"), f"{value} not found", "give an existing path")
 
 
+def data_cache_dir(cfg: TrainConfig) -> Path:
+    """data-cache-dir, created and shown writable: a directory is made (and removed again) in it. Permission
+    bits are not enough: root passes them on /proc and read-only mounts."""
+    path = Path(cfg.data_cache_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=".gptforge-write-test-", dir=path))
+    except OSError as err:
+        reason = "not a directory" if isinstance(err, (FileExistsError, NotADirectoryError)) else err.strerror or err
+        raise UsageError("data-cache-dir", f"cannot write in {path}: {reason}",
+                         "give a directory you can write to") from None
+    return path
+
+
 def prepare_default_corpus(cfg: TrainConfig):
     from gptforge.data.default_corpus import prepare_default
 
-    return prepare_default(Path(cfg.data_cache_dir) / f"default-{cfg.default_vocab_size}",
-                           vocab_size=cfg.default_vocab_size)
+    return prepare_default(data_cache_dir(cfg) / f"default-{cfg.default_vocab_size}", vocab_size=cfg.default_vocab_size)
 
 
 def sample_counts(cfg: TrainConfig) -> tuple[int, int, int]:
@@ -123,11 +137,30 @@ def build(cfg: TrainConfig, default_paths, spec: TokenizerSpec, vocab_size: int)
         description = f"data: embedded default corpus ({default_paths.prefix})"
     train, valid, _ = build_gpt_datasets(
         prefixes, weights, split=cfg.split, seq_length=cfg.seq_length, num_samples=sample_counts(cfg),
-        seed=cfg.seed, cache_dir=str(Path(cfg.data_cache_dir) / "index-cache"),
+        seed=cfg.seed, cache_dir=str(data_cache_dir(cfg) / "index-cache"),
     )
     if valid is None or len(valid) == 0:
         raise UsageError("split", f"{cfg.split!r} leaves no validation documents", "give the second weight a share, e.g. 949,50,1")
     return DataSetup(train, valid, spec, vocab_size, description)
+
+
+def load(cfg: TrainConfig, env, status, check_vocab) -> DataSetup:
+    """The run's data: the embedded corpus prepared by each node's local rank 0 first (under STATUS, a
+    console's spinner), then read from its cache by the others, or the user's prefixes; CHECK_VOCAB(vocab size)
+    runs before the dataset indices are built."""
+    from gptforge.train import distributed
+
+    default_paths = None
+    if not cfg.data_path:
+        if env.local_rank == 0:
+            with status("preparing the embedded default corpus (cached after the first run)"):
+                default_paths = prepare_default_corpus(cfg)
+        distributed.barrier(env)
+        if env.local_rank != 0:
+            default_paths = prepare_default_corpus(cfg)
+    spec, vocab_size = tokenizer_for(cfg, default_paths)
+    check_vocab(vocab_size)
+    return build(cfg, default_paths, spec, vocab_size)
 
 
 def repeat_note(train) -> str | None:

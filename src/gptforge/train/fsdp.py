@@ -32,7 +32,7 @@ from torch.distributed.tensor import DTensor
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
-from gptforge.train.engine import TorchEngine, compile_blocks, without_cudagraphs
+from gptforge.train.engine import TorchEngine, compile_blocks
 from gptforge.train.precision import Precision
 
 STATE_DIR = "fsdp"
@@ -44,7 +44,7 @@ UNITS = ("block", "model")
 
 
 def shard(model: torch.nn.Module, cfg: TrainConfig, precision: Precision, device: torch.device, world_size: int,
-          compile_kwargs: dict, unit: str = "block") -> list[str]:
+          compile_options: dict, unit: str = "block") -> list[str]:
     """Compile (when asked for) and shard MODEL in place; returns the startup notes. Call it before the
     optimizer is built: the parameters become DTensor shards.
 
@@ -58,7 +58,7 @@ def shard(model: torch.nn.Module, cfg: TrainConfig, precision: Precision, device
     policy = MixedPrecisionPolicy(param_dtype=precision.dtype, reduce_dtype=torch.float32) if low else MixedPrecisionPolicy()
     notes = []
     if unit == "block":
-        notes += [compile_blocks(model, compile_kwargs)] if cfg.compile else []
+        notes += [compile_blocks(model, compile_options)] if cfg.compile else []
         last = len(model.blocks) - 1
         for i, block in enumerate(model.blocks):
             # the last block's weights are needed again at once by the backward: kept whole between the two
@@ -67,9 +67,8 @@ def shard(model: torch.nn.Module, cfg: TrainConfig, precision: Precision, device
     else:
         fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
         if cfg.compile:  # the forward alone: FSDP's hooks run around it, outside the graph
-            kwargs, how = without_cudagraphs(compile_kwargs)
-            model.forward = torch.compile(model.forward, **kwargs)
-            notes.append(f"torch.compile: on, the whole forward as one graph{how} (first steps include compilation)")
+            model.forward = torch.compile(model.forward, **compile_options)
+            notes.append("torch.compile: on, the whole forward as one graph (first steps include compilation)")
     gathered = f"{precision.name} all-gathers, float32 reduce-scatters" if low else "float32 all-gathers and reduce-scatters"
     units = "one unit per block" if unit == "block" else "one unit, whole weights kept through each micro batch"
     notes.append(f"FSDP2 over {world_size} processes ({device.type}): parameters, gradients and optimizer state "
@@ -83,7 +82,6 @@ class FSDPEngine(TorchEngine):
 
     def __init__(self, model, optimizer, cfg: TrainConfig, precision: Precision, accum: int, unit: str = "block"):
         super().__init__(model, model, optimizer, cfg, precision, accum, ddp=False)
-        self.cudagraphs, self.kept_grads = False, None  # compiled without CUDA graphs (shard)
         self.keep_whole = unit == "model"
         self.whole_weights: dict | None = None
 
@@ -108,7 +106,7 @@ class FSDPEngine(TorchEngine):
         else:
             self.optimizer.step()
         self.scheduler.step()
-        self.optimizer.zero_grad(**self.zero_grad_kwargs)
+        self.optimizer.zero_grad(set_to_none=True)
         return norm.detach()
 
     def state(self) -> tuple[dict | None, None, dict]:

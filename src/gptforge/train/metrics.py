@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 from gptforge.errors import GptforgeError
+from gptforge.reading import parse_json, read_bytes
 from gptforge.storage import atomic_path, write_atomic, writing
+
+
+MAX_METRICS_BYTES = 1 << 30  # far above a long run's one line per step
+
+
+def step_line(r: dict, train_iters: int) -> str:
+    """The log line of a step's record."""
+    util = f"{r['mfu'] * 100:5.1f}% MFU" if r["mfu"] is not None else "MFU n/a"
+    return (f"step {r['step']:>6}/{train_iters} | loss {r['loss']:.4f} | lr {r['lr']:.2e} | norm {r['grad_norm']:.3f} | "
+            f"{r['tokens_per_s']:,.0f} tok/s | {r['step_ms']:.0f} ms | {util} | mem {r['mem_gib']:.2f} GiB")
 
 
 class MetricsLog:
@@ -26,20 +38,23 @@ class MetricsLog:
 
         A torn last line (the writer died or the disk filled mid-write) is dropped too; a bad line
         anywhere else is damage this cannot judge, and stops the run."""
-        if not self.path.exists():
+        if not os.path.lexists(self.path):
             return
-        lines = [line for line in self.path.read_text().splitlines(keepends=True) if line.strip()]
+        fix = "repair or remove that line, then --resume"
+        lines = [line for line in read_bytes(self.path, max_bytes=MAX_METRICS_BYTES).splitlines(keepends=True) if line.strip()]
         kept = []
         for number, line in enumerate(lines, 1):
             try:
-                record = json.loads(line)
-            except ValueError:
+                record = parse_json(line, f"{self.path} line {number}", expect=dict, fix=fix)
+                if isinstance(record.get("step"), bool) or not isinstance(record.get("step"), int):
+                    raise GptforgeError(f"{self.path} line {number} has no integer \"step\"", fix)
+            except GptforgeError:
                 if number == len(lines):
                     break
-                raise GptforgeError(f"{self.path} line {number} is not JSON", "repair or remove that line, then --resume") from None
+                raise
             if record["step"] <= step:
-                kept.append(line if line.endswith("\n") else line + "\n")
-        write_atomic(self.path, "".join(kept).encode())
+                kept.append(line if line.endswith(b"\n") else line + b"\n")
+        write_atomic(self.path, b"".join(kept))
 
     def write(self, record: dict) -> None:
         with writing(self.path):
@@ -56,8 +71,10 @@ class MetricsLog:
 
 
 def read_records(path: Path, kind: str | None = None) -> list[dict]:
-    records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    return [r for r in records if kind is None or r["kind"] == kind]
+    """The records of a metrics file this run wrote (``truncate_after`` checked the lines before it)."""
+    lines = read_bytes(path, max_bytes=MAX_METRICS_BYTES).splitlines()
+    records = [parse_json(line, f"{path} line {n}", expect=dict) for n, line in enumerate(lines, 1) if line.strip()]
+    return [r for r in records if kind is None or r.get("kind") == kind]
 
 
 def plot_losses(metrics_path: Path, out_png: Path, title: str) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
@@ -10,7 +9,7 @@ import torch
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT, ModelConfig
 from gptforge.train import checkpoint
-from gptforge.train.config import check_seed
+from gptforge.train.config import check_sampling
 from gptforge.train.data import TokenizerSpec
 from gptforge.train.distributed import pick_device
 
@@ -23,7 +22,9 @@ def load_model(ckpt: Path, device: torch.device) -> tuple[GPT, dict]:
                             "sample from a ZeRO-1/2 or torch checkpoint, or consolidate with DeepSpeed's zero_to_fp32.py")
     model = GPT(ModelConfig(**state["model_config"]))
     try:
-        model.load_state_dict(checkpoint.load_verified(ckpt, "model.pt"))
+        saved = checkpoint.load_verified(ckpt, "model.pt")
+        # TransformerEngine's FP8 scaling state (accel=te-fp8) is no weight: the plain model samples without it
+        model.load_state_dict({name: t for name, t in saved.items() if not name.endswith("._extra_state")})
     except RuntimeError as err:  # tensors of another shape than trainer.pt describes
         raise GptforgeError(f"{weights} does not fit the model in {checkpoint.TRAINER_FILE}: {str(err).splitlines()[0]}",
                             "the checkpoint is damaged; use an older one") from None
@@ -38,23 +39,26 @@ def load_tokenizer(state: dict, run_dir: Path):
                             f"restore {run_dir / 'tokenizer'} (the trainer copies it there)") from None
 
 
-def generate(checkpoint_path: Path, prompt: str, *, max_new_tokens: int = 200, temperature: float = 0.8,
+DEFAULT_NEW_TOKENS = 200  # or what the model's context leaves after the prompt, when that is less
+
+
+def generate(checkpoint_path: Path, prompt: str, *, max_new_tokens: int | None = None, temperature: float = 0.8,
              top_k: int | None = 50, seed: int = 1234, device: str = "auto") -> dict:
-    if max_new_tokens <= 0:
-        raise UsageError("--max-new-tokens", f"must be positive, got {max_new_tokens}", "e.g. --max-new-tokens 200")
-    if not 0 <= temperature < math.inf:
-        raise UsageError("--temperature", f"must be a finite number >= 0, got {temperature}", "0 means greedy, 0.8 is typical")
-    check_seed(seed, "--seed")
-    if top_k is not None and top_k < 0:
-        raise UsageError("--top-k", f"must be >= 0, got {top_k}", "0 turns the filter off, 50 is typical")
+    """MAX_NEW_TOKENS None: DEFAULT_NEW_TOKENS, fewer where the model's context ends sooner."""
+    check_sampling(max_new_tokens, temperature, top_k, seed, prompt)
     ckpt = checkpoint.resolve(checkpoint_path)
     dev = pick_device(device, 0)
     model, state = load_model(ckpt, dev)
     tokenizer = load_tokenizer(state, run_dir=ckpt.parent.parent)
     ids = tokenizer.encode(prompt) or [tokenizer.eod_id]
     context = model.cfg.max_position_embeddings
+    room = context - len(ids)
+    if max_new_tokens is None and room > 0:
+        max_new_tokens = min(DEFAULT_NEW_TOKENS, room)
+    elif max_new_tokens is None:
+        raise UsageError("--prompt", f"a prompt of {len(ids)} tokens leaves no room in the model's context of "
+                         f"{context} tokens", "shorten the prompt")
     if len(ids) + max_new_tokens > context:
-        room = context - len(ids)
         raise UsageError("--max-new-tokens", f"{max_new_tokens} new tokens after a prompt of {len(ids)} exceed the "
                          f"model's context of {context} tokens",
                          f"use --max-new-tokens {room}" if room > 0 else "shorten the prompt")

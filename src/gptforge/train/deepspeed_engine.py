@@ -1,0 +1,160 @@
+"""Training under the DeepSpeed engine (``--deepspeed CONFIG``): its JSON config checked against the run, the
+engine with the same small interface as train/engine.py's TorchEngine, and its checkpoints read weights-only."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import pickle
+from pathlib import Path
+
+import torch
+
+from gptforge.errors import FileReadError, GptforgeError, UsageError
+from gptforge.reading import read_json
+from gptforge.train import checkpoint
+from gptforge.train.config import TrainConfig
+from gptforge.train.engine import compile_blocks
+from gptforge.train.optim import build_scheduler, param_groups
+
+
+def deepspeed_safe_globals() -> list:
+    """The DeepSpeed classes its own checkpoints hold besides tensors and plain values (ZeRO stage,
+    loss scaler, parameter fragment map): plain data, allowed to the weights-only unpickler."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [ZeroStageEnum, LossScaler, DynamicLossScaler, fragment_address]
+
+
+@contextlib.contextmanager
+def force_weights_only(allowed: list | None = None):
+    """Make every torch.load inside weights-only, even one whose caller asks for unpickling
+    (DeepSpeed's load_checkpoint does): torch honours TORCH_FORCE_WEIGHTS_ONLY_LOAD over the argument."""
+    saved = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+    try:
+        with torch.serialization.safe_globals(allowed or []):
+            yield
+    finally:
+        if saved is None:
+            os.environ.pop("TORCH_FORCE_WEIGHTS_ONLY_LOAD", None)
+        else:
+            os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = saved
+
+
+def resolve_deepspeed_config(name_or_path: str) -> str:
+    """A JSON path, or the name of a packaged one: zero1, zero2, zero3, zero2-fp16."""
+    from importlib import resources
+
+    packaged = resources.files("gptforge") / "configs" / "deepspeed" / f"{name_or_path}.json"
+    if not Path(name_or_path).is_file() and packaged.is_file():
+        return str(packaged)
+    return name_or_path
+
+
+def require_deepspeed() -> None:
+    if importlib.util.find_spec("deepspeed") is None:
+        raise UsageError("--deepspeed", "DeepSpeed is not installed", "pip install deepspeed, or train without --deepspeed")
+
+
+def read_deepspeed_config(path: str, cfg: TrainConfig, world_size: int) -> dict:
+    """The user's DeepSpeed JSON, checked against the run's batch sizes and completed from the config."""
+    path = resolve_deepspeed_config(path)
+    try:
+        ds = read_json(path, max_bytes=1 << 20, expect=dict, fix="give a DeepSpeed JSON object, e.g. the packaged zero2.json")
+    except FileReadError as err:
+        raise UsageError("--deepspeed", err.message, err.fix) from None
+    accum = cfg.global_batch_size // (cfg.micro_batch_size * world_size)
+    wanted = {"train_micro_batch_size_per_gpu": cfg.micro_batch_size, "gradient_accumulation_steps": accum,
+              "train_batch_size": cfg.global_batch_size}
+    for key, value in wanted.items():
+        if key in ds and ds[key] != "auto" and ds[key] != value:
+            raise UsageError("--deepspeed", f"{key}={ds[key]} in {Path(path).name} disagrees with the run config ({value})",
+                             f"remove {key} from the JSON (it is derived from micro/global batch) or set it to {value}")
+        ds[key] = value
+    ds.setdefault("gradient_clipping", cfg.clip_grad)
+    ds.setdefault("zero_allow_untested_optimizer", True)  # our torch AdamW under ZeRO
+    ds.setdefault("steps_per_print", 10**9)  # the trainer logs; keep DeepSpeed quiet
+    if ds.get("bf16", {}).get("enabled") and ds.get("fp16", {}).get("enabled"):
+        raise UsageError("--deepspeed", "both bf16 and fp16 are enabled", "enable one")
+    return ds
+
+
+class DeepSpeedEngine:
+    def __init__(self, raw_model, optimizer, cfg: TrainConfig, ds_config: dict, compile_options: dict | None = None):
+        """COMPILE_OPTIONS: torch.compile's arguments; None: eager. Where the DeepSpeed config turns DeepCompile on,
+        the whole module is compiled under the engine (its passes place ZeRO's collectives in the graph); else
+        under ZeRO-1/2 each block is compiled on its own before the engine wraps the model, and under ZeRO-3 the
+        step stays eager: its hooks swap each layer's weights in and out, and every block recompiles until
+        torch.compile's recompile limit sends it back to eager anyway."""
+        import deepspeed
+
+        deep = bool(ds_config.get("compile", {}).get("deepcompile"))
+        stage = ds_config.get("zero_optimization", {}).get("stage", 0)
+        self.compile_note = "torch.compile: off (compile=false)"
+        if compile_options is not None and not deep:
+            self.compile_note = (compile_blocks(raw_model, compile_options) if stage < 3 else
+                                 'torch.compile: off under ZeRO-3 without DeepCompile (its parameter gathering '
+                                 'recompiles every block); "compile": {"deepcompile": true} in the DeepSpeed config compiles it')
+
+        self.raw_model = raw_model
+        self.ds_config = ds_config
+        client_opt = None if "optimizer" in ds_config else optimizer
+        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=raw_model, optimizer=client_opt,
+            model_parameters=param_groups(raw_model, cfg.weight_decay) if client_opt is None else None,
+            lr_scheduler=lambda opt: build_scheduler(opt, cfg), config=ds_config,
+        )
+        self.zero_stage = stage
+        self.precision_name = "bf16" if ds_config.get("bf16", {}).get("enabled") else "fp16" if ds_config.get("fp16", {}).get("enabled") else "fp32"
+        if compile_options is not None and deep:
+            self.engine.compile(compile_kwargs=compile_options)
+            self.compile_note = "torch.compile: on, the whole module under the engine with DeepCompile (first steps include compilation)"
+
+    def describe(self) -> list[str]:
+        return [f"DeepSpeed engine: ZeRO stage {self.zero_stage}, {self.precision_name} (from the DeepSpeed config)",
+                self.compile_note]
+
+    def micro_step(self, x, y, is_last: bool) -> torch.Tensor:
+        _, loss = self.engine(x, y)
+        self.engine.backward(loss)
+        if not is_last:
+            self.engine.step()  # not an accumulation boundary: DeepSpeed only counts the micro step
+        return loss.detach().float()
+
+    def step(self) -> torch.Tensor:
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        return torch.tensor(float(norm) if norm is not None else float("nan"))
+
+    def lr(self) -> float:
+        return self.engine.get_lr()[0]
+
+    def eval_loss(self, x, y) -> torch.Tensor:
+        return self.engine(x, y)[1].detach().float()
+
+    def train_mode(self, on: bool) -> None:
+        self.engine.train(on)
+
+    def state(self) -> tuple[dict | None, None, dict]:
+        # model.pt (16-bit weights, for `gptforge sample`) when the weights are whole on each rank
+        model_state = self.engine.module.state_dict() if self.zero_stage < 3 else None
+        return model_state, None, {"scheduler": None, "scaler": None}
+
+    def save_collective(self, tmp: Path) -> None:
+        self.engine.save_checkpoint(str(tmp), tag="deepspeed", save_latest=False)
+
+    def load(self, ckpt: Path, trainer_state: dict) -> None:
+        checkpoint.verify(ckpt)
+        try:
+            with force_weights_only(deepspeed_safe_globals()):
+                path, _ = self.engine.load_checkpoint(str(ckpt), tag="deepspeed", load_optimizer_states=True,
+                                                      load_lr_scheduler_states=True)
+        except pickle.UnpicklingError as err:
+            raise GptforgeError(f"refused to read the DeepSpeed state in {ckpt / 'deepspeed'}: "
+                                f"{(str(err).splitlines() or [''])[0][:160]}", "use a checkpoint you trust") from None
+        if path is None:
+            raise UsageError("--resume", f"{ckpt} has no DeepSpeed state", "resume a DeepSpeed run with --deepspeed, a torch run without")
