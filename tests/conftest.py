@@ -413,6 +413,26 @@ def train_data_cache(tmp_path_factory):
     return tmp_path_factory.getbasetemp() / "train-data-cache"
 
 
+def tiny_train_args(run_dir, cache, *extra) -> list[str]:
+    """`gptforge train` of the SMALL gpt2-tiny shape into RUN_DIR, on the shared data cache."""
+    return ["train", "--config", "gpt2-tiny", "--run-dir", str(run_dir), *SMALL, f"data-cache-dir={cache}", *extra]
+
+
+@pytest.fixture(scope="session")
+def tiny_trained_run(tmp_path_factory, train_data_cache):
+    """A run directory of four SMALL steps, trained once a session; tests tamper with copies (`tiny_run_copy`)."""
+    run_dir = tmp_path_factory.mktemp("tiny-trained") / "run"
+    main_one_line(*tiny_train_args(run_dir, train_data_cache, "train-iters=4"), expect=0)
+    return run_dir
+
+
+@pytest.fixture
+def tiny_run_copy(tiny_trained_run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(tiny_trained_run, copy, symlinks=True)
+    return copy
+
+
 def one_line_error(proc, code: int, *needles: str) -> None:
     assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()

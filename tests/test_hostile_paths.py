@@ -9,32 +9,19 @@ import shutil
 
 import pytest
 
-from conftest import SMALL, main_one_line, snapshot
+from conftest import main_one_line, snapshot, tiny_train_args
 from gptforge.train import checkpoint
 
 UNDO = os.path.join(".gptforge", "links-undo.json")
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, train_data_cache):
-    run_dir = tmp_path_factory.mktemp("hostile-paths") / "run"
-    code, err = main_one_line(*train_args(run_dir, train_data_cache, "train-iters=4"), expect=0)
-    return run_dir
-
-
-def train_args(run_dir, cache, *extra):
-    return ["train", "--config", "gpt2-tiny", "--run-dir", str(run_dir), *SMALL, f"data-cache-dir={cache}", *extra]
-
-
 @pytest.fixture
-def run(trained, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(trained, copy, symlinks=True)
-    return copy
+def run(tiny_run_copy):
+    return tiny_run_copy
 
 
 def resume(run, cache, *extra, expect=1):
-    return main_one_line(*train_args(run, cache, "--resume", "train-iters=8", *extra), expect=expect)
+    return main_one_line(*tiny_train_args(run, cache, "--resume", "train-iters=8", *extra), expect=expect)
 
 
 def test_a_planted_lock_link_is_refused(run, tmp_path, train_data_cache):

@@ -12,33 +12,20 @@ import time
 import pytest
 import torch
 
-from conftest import SMALL, main_one_line, run_cli
+from conftest import SMALL, main_one_line, run_cli, tiny_train_args
 from gptforge.train import checkpoint
 
 DEEP_JSON = '{"a":' * 100_000 + "1" + "}" * 100_000
 DEEP_TOML = "a = " + "[" * 100_000 + "]" * 100_000
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, train_data_cache):
-    run_dir = tmp_path_factory.mktemp("hostile-values") / "run"
-    main_one_line(*train_args(run_dir, train_data_cache, "train-iters=4"), expect=0)
-    return run_dir
-
-
-def train_args(run_dir, cache, *extra):
-    return ["train", "--config", "gpt2-tiny", "--run-dir", str(run_dir), *SMALL, f"data-cache-dir={cache}", *extra]
-
-
 @pytest.fixture
-def run(trained, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(trained, copy)
-    return copy
+def run(tiny_run_copy):
+    return tiny_run_copy
 
 
 def resume(run, cache, *extra, expect=1):
-    return main_one_line(*train_args(run, cache, "--resume", "train-iters=8", *extra), expect=expect)[1]
+    return main_one_line(*tiny_train_args(run, cache, "--resume", "train-iters=8", *extra), expect=expect)[1]
 
 
 def sample(run, *extra, expect=1):
@@ -59,7 +46,7 @@ def test_deep_config_files(tmp_path):
 @pytest.mark.parametrize("text,words", [(DEEP_JSON, "nested more than"), ("[1, 2]", "holds a list")])
 def test_deepspeed_config_deep_or_a_list(tmp_path, train_data_cache, text, words):
     (tmp_path / "ds.json").write_text(text)
-    line = main_one_line(*train_args(tmp_path / "r", train_data_cache, "--deepspeed", str(tmp_path / "ds.json")),
+    line = main_one_line(*tiny_train_args(tmp_path / "r", train_data_cache, "--deepspeed", str(tmp_path / "ds.json")),
                          expect=2)[1]
     assert "--deepspeed" in line and words in line
 
@@ -70,7 +57,7 @@ def test_deep_checksums(run, train_data_cache):
     assert "checksums.json" in line and "nested more than" in line and "older one" in line
 
 
-def test_deep_vocab_and_dataset_metadata(tmp_path, trained, train_data_cache):
+def test_deep_vocab_and_dataset_metadata(tmp_path, tiny_trained_run, train_data_cache):
     tokenizer = tmp_path / "tok"
     tokenizer.mkdir()
     (tokenizer / "vocab.json").write_text(DEEP_JSON)
@@ -148,7 +135,7 @@ def test_a_resume_with_another_model_shape_is_told(run, train_data_cache):
 ])
 def test_sizes_far_out_of_range(tmp_path, train_data_cache, overrides, key):
     start = time.monotonic()
-    line = main_one_line(*train_args(tmp_path / "r", train_data_cache, *overrides), expect=2)[1]
+    line = main_one_line(*tiny_train_args(tmp_path / "r", train_data_cache, *overrides), expect=2)[1]
     assert line.startswith(f"gptforge: usage error: {key}: ") and "needs at least" in line
     assert time.monotonic() - start < 30
 
@@ -169,7 +156,7 @@ def prepared_data(cache) -> list[str]:
 
 
 @pytest.mark.parametrize("where", ["/proc/self/x", "/proc/self/status", "/proc"])
-def test_a_data_cache_dir_that_cannot_be_written(tmp_path, trained, train_data_cache, where):
+def test_a_data_cache_dir_that_cannot_be_written(tmp_path, tiny_trained_run, train_data_cache, where):
     data = prepared_data(train_data_cache)
     args = ["train", "--config", "gpt2-tiny", "--run-dir", str(tmp_path / "r"), *SMALL, *data, f"data-cache-dir={where}"]
     assert "data-cache-dir: cannot write in" in main_one_line(*args, expect=2)[1]
@@ -203,23 +190,23 @@ def test_full_disk_in_prepare(tmp_path, small_disk, leave):
 
 
 @pytest.mark.parametrize("default_corpus", [False, True])
-def test_full_disk_in_the_training_data_cache(tmp_path, trained, train_data_cache, small_disk, default_corpus):
+def test_full_disk_in_the_training_data_cache(tmp_path, tiny_trained_run, train_data_cache, small_disk, default_corpus):
     data = [] if default_corpus else prepared_data(train_data_cache)
     fill(small_disk, 20000)
-    line = main_one_line(*train_args(tmp_path / "r", small_disk / "cache", *data), expect=1, last_line=True)[1]
+    line = main_one_line(*tiny_train_args(tmp_path / "r", small_disk / "cache", *data), expect=1, last_line=True)[1]
     assert "No space left on device" in line and str(small_disk) in line
 
 
 # sample's own values
 
-def test_a_prompt_that_is_not_utf8(trained):
-    proc = run_cli("sample", "--checkpoint", str(trained), "--prompt", os.fsdecode(b"a\xffb"), "--device", "cpu")
+def test_a_prompt_that_is_not_utf8(tiny_trained_run):
+    proc = run_cli("sample", "--checkpoint", str(tiny_trained_run), "--prompt", os.fsdecode(b"a\xffb"), "--device", "cpu")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("gptforge: usage error: --prompt: character 1")
 
 
-def test_a_temperature_below_float32(trained):
-    assert "--temperature: 1e-300 is below float32's resolution" in sample(trained, "--temperature", "1e-300", expect=2)
+def test_a_temperature_below_float32(tiny_trained_run):
+    assert "--temperature: 1e-300 is below float32's resolution" in sample(tiny_trained_run, "--temperature", "1e-300", expect=2)
 
 
 # a word of three megabytes

@@ -4,7 +4,7 @@ Each block's LayerNorms and Linear layers become TransformerEngine's (te.LayerNo
 weights, same parameter names), and each block runs under TE's FP8 autocast with the HYBRID format (E4M3 in
 the forward pass, E5M2 for gradients) and delayed scaling (each tensor's scale from the amax history of
 earlier steps). The embeddings and the tied output layer stay as they are. On GPT-2 124M this route is
-slower than bf16 (BENCHMARKS.md, section "TransformerEngine / FP8"); it is here for those who come for TE.
+slower than bf16 (BENCHMARKS.md, section "Levers"); it is here for those who come for TE.
 """
 
 from __future__ import annotations
