@@ -12,6 +12,8 @@ import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +22,8 @@ from pathlib import Path
 
 import pytest
 from jsonschema import Draft202012Validator
+
+from gptforge.storage import KILL_ENV
 
 
 def gptforge_executable() -> list[str]:
@@ -91,6 +95,55 @@ def pooled_parity(results: str, a_keys: str, pattern: str = "*.json") -> dict:
                            *map(str, files)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
+
+
+def two_node_agents(train_args: list, cwd: Path, attempt: int, per_node: int, node_envs: list[dict]) -> list:
+    """Two torchrun agents started as tasks/slurm_train.sbatch starts one per node: --nnodes=2, a c10d
+    rendezvous (here on 127.0.0.1), the job's id as rendezvous id (a requeued job keeps it). Each agent leads a
+    session of its own, so kill_agent takes its workers with it; logs: CWD/attempt<A>-node<N>.log."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    agents = []
+    for node, env in enumerate(node_envs):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--nproc-per-node={per_node}",
+               "--rdzv-id=4242", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "-m", "gptforge", "train",
+               *train_args]
+        with open(cwd / f"attempt{attempt}-node{node}.log", "w") as log:
+            agents.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                                           start_new_session=True))
+    return agents
+
+
+def kill_agent(agent: subprocess.Popen) -> None:
+    """SIGKILL an agent and its workers (its session); nothing where they have all exited."""
+    try:
+        os.killpg(agent.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    agent.wait(timeout=60)
+
+
+def lose_a_node_and_requeue(train_args: list, cwd: Path, per_node: int, node_envs: list[dict], kill_at: str,
+                            timeout: float) -> str:
+    """Node 1's workers SIGKILL themselves at KILL_AT; its agent gives up; the other node's tasks are killed as
+    srun --kill-on-bad-exit does; the job starts again with the same command. Returns node 0's log of the
+    second start (both agents exited 0)."""
+    first = two_node_agents(train_args, cwd, 1, per_node, [node_envs[0], {**node_envs[1], KILL_ENV: kill_at}])
+    try:
+        assert first[1].wait(timeout=timeout) != 0
+    finally:
+        for agent in first:
+            kill_agent(agent)
+    second = two_node_agents(train_args, cwd, 2, per_node, node_envs)
+    try:
+        codes = [agent.wait(timeout=timeout) for agent in second]
+    finally:
+        for agent in second:
+            kill_agent(agent)
+    log = (cwd / "attempt2-node0.log").read_text()
+    assert codes == [0, 0], log[-3000:] + (cwd / "attempt2-node1.log").read_text()[-3000:]
+    return log
 
 
 @pytest.fixture

@@ -73,7 +73,7 @@ def test_hopper_refuses_a_dsl_outside_site_packages(sm90_here, monkeypatch, tmp_
 def test_on_a_cpu_nothing_is_swapped_and_the_optimizer_is_foreach():
     model = GPT(TINY)
     before = [type(m) for m in model.modules()]
-    plan = accel.accelerate(model, "triton", CPU, "fp32", compiled=True)
+    plan = accel.accelerate(model, "triton", CPU, "fp32", cuda_graphs=True)
     assert [type(m) for m in model.modules()] == before
     assert (plan.compile_options, plan.cuda_graphs, plan.fused_optimizer, plan.notes) == ({}, False, False, [])
 
@@ -82,7 +82,7 @@ def test_on_an_sm90_gpu_without_hopper_the_log_suggests_it(sm90_here, monkeypatc
     from gptforge.accel import xent_kernel
 
     monkeypatch.setattr(xent_kernel, "use_kernel", lambda: True)  # nothing runs on the device here
-    notes = accel.accelerate(GPT(TINY), "triton", torch.device("cuda", 0), "bf16", compiled=True).notes
+    notes = accel.accelerate(GPT(TINY), "triton", torch.device("cuda", 0), "bf16", cuda_graphs=True).notes
     assert notes[0] == "loss: the Triton cross-entropy kernel"
     assert "accel=hopper (the gpt2-124m-hopper config) trains faster" in notes[1] and len(notes) == 2
 

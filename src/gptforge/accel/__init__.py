@@ -45,8 +45,9 @@ def check(choice: str, device: torch.device, precision: str, dropout: float) -> 
         raise UsageError("accel", f"{choice}: {why}", "accel=triton trains with the kernels that need nothing more")
 
 
-def accelerate(model: torch.nn.Module, choice: str, device: torch.device, precision: str, compiled: bool) -> Plan:
-    """Swap CHOICE's modules into MODEL (built and on DEVICE; ``check`` has passed) and say what the step needs."""
+def accelerate(model: torch.nn.Module, choice: str, device: torch.device, precision: str, cuda_graphs: bool) -> Plan:
+    """Swap CHOICE's modules into MODEL (built and on DEVICE; ``check`` has passed) and say what the step needs.
+    CUDA_GRAPHS: the step is compiled whole and may run as CUDA graphs (not under compile=false, DeepSpeed, FSDP)."""
     plan = Plan(fused_optimizer=device.type == "cuda")
     if choice != "none" and device.type == "cuda":
         from gptforge.accel.xent_kernel import use_kernel
@@ -57,8 +58,8 @@ def accelerate(model: torch.nn.Module, choice: str, device: torch.device, precis
     if choice == "hopper":
         from gptforge.accel.hopper import use_hopper
 
-        plan.compile_options, notes = use_hopper(model, compiled)
-        plan.cuda_graphs = True
+        plan.compile_options, notes = use_hopper(model, cuda_graphs)
+        plan.cuda_graphs = cuda_graphs
         plan.notes += notes
     elif choice == "te-fp8":
         from gptforge.accel.te import use_te_fp8

@@ -44,7 +44,7 @@ def te_blocker(device: torch.device) -> str | None:
     return None
 
 
-def use_hopper(model: torch.nn.Module, compiled: bool) -> tuple[dict, list[str]]:
+def use_hopper(model: torch.nn.Module, cuda_graphs: bool) -> tuple[dict, list[str]]:
     """Swap MODEL's attention, MLPs and loss for the hopper set's; (torch.compile's options, the notes)."""
     from torch._inductor import list_mode_options
 
@@ -62,8 +62,9 @@ def use_hopper(model: torch.nn.Module, compiled: bool) -> tuple[dict, list[str]]
     notes = ["accel=hopper: attention from cuDNN's forward and FlashAttention 4's backward, the qkv bias gradient "
              "from its weight-gradient GEMM, quack's GEMM epilogues in the MLP and the loss (its softmax over the "
              f"padded vocabulary), CUDA graphs, {NORM_ROWS}-row LayerNorm-backward partials"]
-    if not compiled:
-        notes.append("accel=hopper runs uncompiled here (compile=false or DeepSpeed): its kernels pay inside the "
-                     "compiled step's CUDA graphs, so this step is slower than with accel=triton")
-    options = {**list_mode_options("reduce-overhead"), "triton.mix_order_reduction_split_size": NORM_ROWS}
+    if not cuda_graphs:
+        notes.append("accel=hopper runs without CUDA graphs here (compile=false, DeepSpeed or FSDP): its kernels "
+                     "pay inside the compiled step's CUDA graphs, so this step is slower than with accel=triton")
+    graphs = list_mode_options("reduce-overhead" if cuda_graphs else "default")  # default: no CUDA graphs
+    options = {**graphs, "triton.mix_order_reduction_split_size": NORM_ROWS}
     return {"options": options}, notes

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from gptforge.errors import GptforgeError
+from gptforge.errors import GptforgeError, UsageError
 
 TRAIN_HELP = "pretrain a GPT-2 (embedded corpus by default); torchrun / deepspeed / srun launch it on many GPUs"
 TRAIN_EPILOG = """\
@@ -18,6 +18,7 @@ examples:
   gptforge train --run-dir runs/try1 --resume      # continue exactly where it stopped
   torchrun --nproc-per-node 8 -m gptforge train --config gpt2-124m --run-dir runs/124m
   deepspeed --no_local_rank --module gptforge train --config gpt2-124m --deepspeed zero2.json
+  torchrun --nproc-per-node 8 -m gptforge train --config gpt2-350m --fsdp --run-dir runs/350m
 overrides are Megatron-style config keys: key=value (see --list-keys); unknown keys are errors.
 """
 
@@ -35,6 +36,10 @@ def register(subparsers, groups) -> None:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: cuda when present")
     p.add_argument("--deepspeed", metavar="CONFIG", help="train with the DeepSpeed engine and this JSON config "
                    "(ZeRO stage, bf16/fp16); launch with the deepspeed launcher")
+    p.add_argument("--fsdp", action="store_true", help="shard parameters, gradients and optimizer state over the "
+                   "processes with PyTorch FSDP2; launch with torchrun")
+    p.add_argument("--fsdp-unit", choices=("block", "model"), help="with --fsdp: block (default; each block gathered "
+                   "when needed, the least memory) or model (gathered once per micro batch, fewest collectives)")
     p.add_argument("--json", action="store_true", help="logs to stderr, a JSON summary to stdout")
     p.add_argument("--list-configs", action="store_true", help="print the packaged configs and exit")
     p.add_argument("--list-keys", action="store_true", help="print every config key with its value in --config (and the overrides) and what it means, then exit")
@@ -75,6 +80,10 @@ def run_train(args) -> int:
     if args.list_configs:
         print("\n".join(packaged_configs()))
         return 0
+    if args.fsdp and args.deepspeed:
+        raise UsageError("--fsdp", "--fsdp and --deepspeed both given", "pick one sharding engine")
+    if args.fsdp_unit and not args.fsdp:
+        raise UsageError("--fsdp-unit", "given without --fsdp", "add --fsdp, or leave --fsdp-unit out")
     cfg, path = load_config(args.config, args.overrides)
     if args.list_keys:
         print(list_keys(cfg))
@@ -83,7 +92,8 @@ def run_train(args) -> int:
     from gptforge.train.preempt import PREEMPTED_EXIT
 
     opts = RunOptions(run_dir=args.run_dir, config_name=Path(args.config).stem, resume=args.resume,
-                      device=args.device, deepspeed=args.deepspeed)
+                      device=args.device, deepspeed=args.deepspeed,
+                      fsdp=(args.fsdp_unit or "block") if args.fsdp else None)
     console = Console(stderr=args.json, soft_wrap=True)
     result = train(cfg, opts, console=console)
 

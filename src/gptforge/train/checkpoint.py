@@ -40,7 +40,7 @@ DAMAGED = "the checkpoint is damaged or was changed after it was saved; use an o
 STEP_DIR = re.compile(rf"{PREFIX}(\d+)", re.ASCII)
 # trainer.pt: key -> the types its value may have (None: optional key)
 TRAINER_KEYS = {"step": (int,), "consumed_samples": (int,), "model_shape": (dict,), "model_config": (dict,),
-                "tokenizer": (dict,), "deepspeed": (bool,), "config": (dict,), "world_size": (int,),
+                "tokenizer": (dict,), "deepspeed": (bool,), "fsdp": (bool, None), "config": (dict,), "world_size": (int,),
                 "scheduler": (dict, type(None)), "scaler": (dict, type(None), None)}
 
 
@@ -206,6 +206,16 @@ def read_trainer_state(ckpt: Path) -> dict:
     state = load_file(ckpt / TRAINER_FILE)
     check_trainer_state(state, ckpt / TRAINER_FILE)
     return state
+
+
+def check_engine(state: dict, ckpt: Path, deepspeed: bool, fsdp: bool) -> None:
+    """CKPT (its trainer STATE) was written by the engine this run uses: DeepSpeed, FSDP or plain torch."""
+    for key, engine, flag, used_now in (("deepspeed", "DeepSpeed", "--deepspeed CONFIG", deepspeed),
+                                        ("fsdp", "FSDP", "--fsdp", fsdp)):
+        used = state.get(key, False)
+        if used != used_now:
+            raise UsageError("--resume", f"{ckpt.name} was written {'with' if used else 'without'} {engine}",
+                             f"resume with the same engine ({flag} or none)")
 
 
 def check_trainer_state(state, path: Path) -> None:

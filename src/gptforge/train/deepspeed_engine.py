@@ -15,6 +15,7 @@ from gptforge.errors import FileReadError, GptforgeError, UsageError
 from gptforge.reading import read_json
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
+from gptforge.train.engine import compile_blocks
 from gptforge.train.optim import build_scheduler, param_groups
 
 
@@ -83,8 +84,21 @@ def read_deepspeed_config(path: str, cfg: TrainConfig, world_size: int) -> dict:
 
 
 class DeepSpeedEngine:
-    def __init__(self, raw_model, optimizer, cfg: TrainConfig, ds_config: dict):
+    def __init__(self, raw_model, optimizer, cfg: TrainConfig, ds_config: dict, compile_options: dict | None = None):
+        """COMPILE_OPTIONS: torch.compile's arguments; None: eager. Where the DeepSpeed config turns DeepCompile on,
+        the whole module is compiled under the engine (its passes place ZeRO's collectives in the graph); else
+        under ZeRO-1/2 each block is compiled on its own before the engine wraps the model, and under ZeRO-3 the
+        step stays eager: its hooks swap each layer's weights in and out, and every block recompiles until
+        torch.compile's recompile limit sends it back to eager anyway."""
         import deepspeed
+
+        deep = bool(ds_config.get("compile", {}).get("deepcompile"))
+        stage = ds_config.get("zero_optimization", {}).get("stage", 0)
+        self.compile_note = "torch.compile: off (compile=false)"
+        if compile_options is not None and not deep:
+            self.compile_note = (compile_blocks(raw_model, compile_options) if stage < 3 else
+                                 'torch.compile: off under ZeRO-3 without DeepCompile (its parameter gathering '
+                                 'recompiles every block); "compile": {"deepcompile": true} in the DeepSpeed config compiles it')
 
         self.raw_model = raw_model
         self.ds_config = ds_config
@@ -94,11 +108,15 @@ class DeepSpeedEngine:
             model_parameters=param_groups(raw_model, cfg.weight_decay) if client_opt is None else None,
             lr_scheduler=lambda opt: build_scheduler(opt, cfg), config=ds_config,
         )
-        self.zero_stage = ds_config.get("zero_optimization", {}).get("stage", 0)
+        self.zero_stage = stage
         self.precision_name = "bf16" if ds_config.get("bf16", {}).get("enabled") else "fp16" if ds_config.get("fp16", {}).get("enabled") else "fp32"
+        if compile_options is not None and deep:
+            self.engine.compile(compile_kwargs=compile_options)
+            self.compile_note = "torch.compile: on, the whole module under the engine with DeepCompile (first steps include compilation)"
 
-    def describe(self) -> str:
-        return f"DeepSpeed engine: ZeRO stage {self.zero_stage}, {self.precision_name} (from the DeepSpeed config)"
+    def describe(self) -> list[str]:
+        return [f"DeepSpeed engine: ZeRO stage {self.zero_stage}, {self.precision_name} (from the DeepSpeed config)",
+                self.compile_note]
 
     def micro_step(self, x, y, is_last: bool) -> torch.Tensor:
         _, loss = self.engine(x, y)

@@ -46,10 +46,12 @@ def pick_device(requested: str, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank)
 
 
-def init(requested_device: str, use_deepspeed: bool) -> tuple[DistEnv, torch.device]:
+def init(requested_device: str, use_deepspeed: bool, group: bool = False) -> tuple[DistEnv, torch.device]:
+    """The process group the launcher describes; GROUP: one of a single process where no launcher started
+    this one (FSDP shards over a group, of one process too)."""
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = pick_device(requested_device, local_rank)
-    if not launched_by_launcher() and not use_deepspeed:
+    if not launched_by_launcher() and not use_deepspeed and not group:
         return DistEnv(), device
     backend = "nccl" if device.type == "cuda" else "gloo"
     if use_deepspeed:
@@ -57,8 +59,9 @@ def init(requested_device: str, use_deepspeed: bool) -> tuple[DistEnv, torch.dev
 
         deepspeed.init_distributed(dist_backend=backend)
     elif not dist.is_initialized():
+        alone = {} if launched_by_launcher() else {"store": dist.HashStore(), "rank": 0, "world_size": 1}
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(minutes=30),
-                                device_id=device if device.type == "cuda" else None)
+                                device_id=device if device.type == "cuda" else None, **alone)
     return DistEnv(dist.get_rank(), local_rank, dist.get_world_size(), backend), device
 
 

@@ -1,6 +1,7 @@
-"""How a step is executed with plain torch (one process or DDP); train/deepspeed_engine.py is the DeepSpeed engine's.
+"""How a step is executed with plain torch (one process or DDP); train/deepspeed_engine.py is the DeepSpeed engine's,
+train/fsdp.py FSDP2's. The sharded engines compile each block on its own (compile_blocks), without CUDA graphs.
 
-Both expose the same small interface to the loop: ``micro_step`` (forward + backward of one micro
+All expose the same small interface to the loop: ``micro_step`` (forward + backward of one micro
 batch), ``step`` (optimizer step at the accumulation boundary, returns the grad norm), ``lr``, and the
 checkpoint hooks. Checkpoint directories and the commit protocol belong to train.checkpoint.
 """
@@ -98,3 +99,11 @@ def own_grad_buffers(model: torch.nn.Module) -> list[torch.Tensor]:
             param.grad = torch.zeros_like(param)
             grads.append(param.grad)
     return grads
+
+
+def compile_blocks(model: torch.nn.Module, compile_options: dict) -> str:
+    """Compile each transformer block of MODEL in place, on its own (torchtitan's recipe for sharded engines):
+    a block's gradients are ready, and its collectives can start, as soon as its backward ends. Returns the note."""
+    for block in model.blocks:
+        block.compile(**compile_options)
+    return "torch.compile: on, each block on its own (first steps include compilation)"

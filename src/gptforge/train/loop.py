@@ -16,7 +16,7 @@ from gptforge import accel
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT
 from gptforge.storage import kill_point, write_atomic
-from gptforge.train import checkpoint, data as datamod, distributed, rundir, sizes
+from gptforge.train import checkpoint, data as datamod, distributed, fsdp, rundir, sizes
 from gptforge.train.config import TrainConfig, validate
 from gptforge.train.cpu_threads import use_idle_cores
 from gptforge.train.engine import TorchEngine
@@ -37,6 +37,7 @@ class RunOptions:
     resume: bool = False
     device: str = "auto"
     deepspeed: str | None = None
+    fsdp: str | None = None  # the FSDP unit: "block" or "model"; None: no FSDP
 
 
 @dataclass
@@ -100,16 +101,13 @@ class Trainer:
             self.resume_ckpt = checkpoint.latest(self.ckpt_root)
             if self.resume_ckpt is not None:
                 self.resume_state = checkpoint.read_trainer_state(self.resume_ckpt)
-                uses_ds = self.resume_state.get("deepspeed", False)
-                if uses_ds != bool(opts.deepspeed):
-                    raise UsageError("--resume", f"{self.resume_ckpt.name} was written {'with' if uses_ds else 'without'} DeepSpeed",
-                                     "resume with the same engine (--deepspeed CONFIG or none)")
+                checkpoint.check_engine(self.resume_state, self.resume_ckpt, bool(opts.deepspeed), bool(opts.fsdp))
                 if changes := rundir.config_changes(self.run_dir, cfg.to_dict()):
                     self.notes.append(changes)
 
     def setup(self) -> None:
         cfg = self.cfg
-        self.env, self.device = distributed.init(self.opts.device, bool(self.ds_config))
+        self.env, self.device = distributed.init(self.opts.device, bool(self.ds_config), group=bool(self.opts.fsdp))
         self.notes += [note] if (note := use_idle_cores(self.device)) else []
         if not self.env.is_main:
             from rich.console import Console
@@ -130,21 +128,25 @@ class Trainer:
         sizes.check_run(cfg, self.device, self.env.world_size, self.model.cfg.padded_vocab_size, self.model.loss.chunk,
                         deepspeed=self.ds_config is not None)
         speed = accel.accelerate(self.model, cfg.accel, self.device, precision.name,
-                                 compiled=cfg.compile and self.ds_config is None)
+                                 cuda_graphs=cfg.compile and self.ds_config is None and not self.opts.fsdp)
         self.notes += speed.notes
         self.accum = cfg.global_batch_size // (cfg.micro_batch_size * self.env.world_size)
+        if self.opts.fsdp:  # before the optimizer: its parameters become the shards
+            self.notes += fsdp.shard(self.model, cfg, precision, self.device, self.env.world_size,
+                                     speed.compile_options, self.opts.fsdp)
         optimizer, opt_note = build_optimizer(self.model, cfg, speed.fused_optimizer)
         if self.ds_config is not None:
             from gptforge.train.deepspeed_engine import DeepSpeedEngine
 
-            self.engine = DeepSpeedEngine(self.model, optimizer, cfg, self.ds_config)
-            self.notes.append(self.engine.describe())
+            self.engine = DeepSpeedEngine(self.model, optimizer, cfg, self.ds_config,
+                                          speed.compile_options if cfg.compile else None)
+            self.notes += self.engine.describe()
             self.notes.append("optimizer: " + ("DeepSpeed's, from its config" if "optimizer" in self.ds_config else opt_note))
-            if cfg.compile:
-                self.notes.append("torch.compile asked for: not applied under DeepSpeed")
+        elif self.opts.fsdp:
+            self.notes += [f"precision: {precision.note}", f"optimizer: {opt_note}"]
+            self.engine = fsdp.FSDPEngine(self.model, optimizer, cfg, precision, self.accum, self.opts.fsdp)
         else:
-            self.notes.append(f"precision: {precision.note}")
-            self.notes.append(f"optimizer: {opt_note}")
+            self.notes += [f"precision: {precision.note}", f"optimizer: {opt_note}"]
             wrapped = self.model
             if cfg.compile:
                 wrapped = torch.compile(self.model, **speed.compile_options)
@@ -312,7 +314,7 @@ class Trainer:
                 "step": self.step, "consumed_samples": self.consumed, **extra,
                 "model_shape": self.model.cfg.shape(), "model_config": vars(self.model.cfg).copy(),
                 "config": self.cfg.to_dict(), "tokenizer": vars(self.tokenizer).copy(),
-                "deepspeed": self.ds_config is not None, "world_size": env.world_size,
+                "deepspeed": self.ds_config is not None, "fsdp": bool(self.opts.fsdp), "world_size": env.world_size,
             }
             checkpoint.write_main_files(tmp, self.step, model_state, optim_state, trainer_state)
         distributed.barrier(env)
