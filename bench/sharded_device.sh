@@ -14,8 +14,8 @@
 set -euo pipefail
 
 MODE=${1:?engines, tests or scaling}
-OUT=${GPTFORGE_BENCH_OUT:-bench-out/sharded}
-mkdir -p "$OUT"
+RESULTS=${GPTFORGE_BENCH_OUT:-bench-out/sharded}
+mkdir -p "$RESULTS"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}  # DeepSpeed's op builder rejects an "a" suffix
 PY=${PYTHON:-python3}
@@ -32,36 +32,36 @@ case "$MODE" in
 engines)
     read -r -a MODELS <<< "${2:-124m 350m}"
     read -r -a ENGINES <<< "${3:-ddp fsdp zero2 zero3}"
-    $PY bench/sharded.py --gpus 2 --models "${MODELS[@]}" --engines "${ENGINES[@]}" --out "$OUT" --data-cache-dir "$CACHE" ;;
+    $PY bench/sharded.py --gpus 2 --models "${MODELS[@]}" --engines "${ENGINES[@]}" --out "$RESULTS" --data-cache-dir "$CACHE" ;;
 tests)
-    $PY -m pytest -p no:cacheprovider -n 0 -m gpu -v -rs tests/test_sharded_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" ;;
+    $PY -m pytest -p no:cacheprovider -n 0 -m gpu -v -rs tests/test_sharded_gpu.py 2>&1 | tee "$RESULTS/gpu_tests.log" ;;
 all)
     (CUDA_VISIBLE_DEVICES=2,3 $PY -m pytest -p no:cacheprovider -n 0 -m gpu -v -rs tests/test_sharded_gpu.py \
-        > "$OUT/gpu_tests.log" 2>&1; echo "pytest exit status $?" >> "$OUT/gpu_tests.log") &
+        > "$RESULTS/gpu_tests.log" 2>&1; echo "pytest exit status $?" >> "$RESULTS/gpu_tests.log") &
     TESTS=$!
     CUDA_VISIBLE_DEVICES=0,1 $PY bench/sharded.py --gpus 2 --models 124m 350m --engines ddp fsdp zero2 zero3 \
-        --out "$OUT" --data-cache-dir "$CACHE" --steps "${STEPS:-30}" --run-timeout "${RUN_TIMEOUT:-150}" || true
+        --out "$RESULTS" --data-cache-dir "$CACHE" --steps "${STEPS:-30}" --run-timeout "${RUN_TIMEOUT:-150}" || true
     wait "$TESTS" || true
-    tail -n 15 "$OUT/gpu_tests.log"
+    tail -n 15 "$RESULTS/gpu_tests.log"
     if [ $((${DEADLINE:-0} - SECONDS)) -gt 240 ]; then
-        $PY bench/sharded.py --weak-scaling 1 4 --models 124m --engines ddp fsdp --out "$OUT" \
+        $PY bench/sharded.py --weak-scaling 1 4 --models 124m --engines ddp fsdp --out "$RESULTS" \
             --data-cache-dir "$CACHE" --steps "${STEPS:-30}" --run-timeout 100 || true
     else
         echo "weak scaling not run: $((${DEADLINE:-0} - SECONDS)) s left before the deadline"
     fi ;;
 two)
-    $PY bench/sharded.py --gpus 2 --models 124m --engines ddp fsdp zero2 zero3 --out "$OUT" \
+    $PY bench/sharded.py --gpus 2 --models 124m --engines ddp fsdp zero2 zero3 --out "$RESULTS" \
         --data-cache-dir "$CACHE" --steps "${STEPS:-30}" --run-timeout "${RUN_TIMEOUT:-120}" || true
-    cp "$OUT/sharded.md" "$OUT/sharded-124m.md" 2>/dev/null || true
-    $PY -m pytest -p no:cacheprovider -n 0 -m gpu -v -rs tests/test_sharded_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" || true
+    cp "$RESULTS/sharded.md" "$RESULTS/sharded-124m.md" 2>/dev/null || true
+    $PY -m pytest -p no:cacheprovider -n 0 -m gpu -v -rs tests/test_sharded_gpu.py 2>&1 | tee "$RESULTS/gpu_tests.log" || true
     if [ $((${DEADLINE:-0} - SECONDS)) -gt 200 ]; then
-        $PY bench/sharded.py --gpus 2 --models 350m --engines ddp fsdp zero2 zero3 --out "$OUT" \
+        $PY bench/sharded.py --gpus 2 --models 350m --engines ddp fsdp zero2 zero3 --out "$RESULTS" \
             --data-cache-dir "$CACHE" --steps 25 --run-timeout 90 || true
     else
         echo "350M not run: $((${DEADLINE:-0} - SECONDS)) s left before the deadline"
     fi ;;
 scaling)
-    $PY bench/sharded.py --weak-scaling "${2:-1}" "${3:-4}" --models 124m --engines ddp fsdp --out "$OUT" \
+    $PY bench/sharded.py --weak-scaling "${2:-1}" "${3:-4}" --models 124m --engines ddp fsdp --out "$RESULTS" \
         --data-cache-dir "$CACHE" ;;
 *)
     echo "unknown mode $MODE: engines, tests or scaling" >&2; exit 2 ;;
