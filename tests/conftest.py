@@ -413,6 +413,16 @@ def train_data_cache(tmp_path_factory):
     return tmp_path_factory.getbasetemp() / "train-data-cache"
 
 
+@pytest.fixture()
+def workspace(tmp_path):
+    """A copy of the project's pixi workspace (manifest, pyproject, lock, envs/) to check or mutate."""
+    root = Path(__file__).resolve().parents[1]
+    for name in ("pixi.toml", "pyproject.toml", "pixi.lock"):
+        shutil.copy(root / name, tmp_path / name)
+    shutil.copytree(root / "envs", tmp_path / "envs")
+    return tmp_path
+
+
 def tiny_train_args(run_dir, cache, *extra) -> list[str]:
     """`gptforge train` of the SMALL gpt2-tiny shape into RUN_DIR, on the shared data cache."""
     return ["train", "--config", "gpt2-tiny", "--run-dir", str(run_dir), *SMALL, f"data-cache-dir={cache}", *extra]

@@ -26,14 +26,6 @@ from lockgen import pypi  # noqa: E402 (the maintainers' lock builder lives outs
 from lockgen.build import build, registry_pins  # noqa: E402
 
 
-@pytest.fixture()
-def workspace(tmp_path):
-    for name in ("pixi.toml", "pyproject.toml", "pixi.lock"):
-        shutil.copy(ROOT / name, tmp_path / name)
-    shutil.copytree(ROOT / "envs", tmp_path / "envs")
-    return tmp_path
-
-
 def _check(root: Path) -> list[check.Problem]:
     m = manifest.load(root / "pixi.toml")
     return check.check(m, store.Store(m.root / "envs" / "records"))

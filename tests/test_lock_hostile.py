@@ -2,7 +2,6 @@
 nothing read without bound (a FIFO, /dev/zero)."""
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,14 +10,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BILLION_LAUGHS = "a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\nd: [*c, *c]\n"
-
-
-@pytest.fixture()
-def workspace(tmp_path):
-    for name in ("pixi.toml", "pyproject.toml", "pixi.lock"):
-        shutil.copy(ROOT / name, tmp_path / name)
-    shutil.copytree(ROOT / "envs", tmp_path / "envs")
-    return tmp_path
 
 
 def _run(*args, timeout=120):
