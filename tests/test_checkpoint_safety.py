@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from conftest import run_cli, SMALL
+from conftest import run_main, tiny_train_args
 from gptforge.errors import GptforgeError
 from gptforge.train import checkpoint
 
@@ -30,29 +30,19 @@ class Payload:
         return (os.system, (self.command,))
 
 
-def train(run_dir, cache, *extra, env=None):
-    return run_cli("train", "--config", "gpt2-tiny", "--run-dir", str(run_dir), *SMALL, "train-iters=4",
-                   f"data-cache-dir={cache}", *extra, env={"OMP_NUM_THREADS": "1", **(env or {})}, cwd=run_dir.parent)
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.getbasetemp() / "train-data-cache"
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, cache):
-    run_dir = tmp_path_factory.mktemp("trained") / "run"
-    proc = train(run_dir, cache)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return run_dir
+def train(run_dir, cache, *extra):
+    """`gptforge train` of the session's four-step run (conftest's tiny_trained_run), in this process."""
+    return run_main(*tiny_train_args(run_dir, cache, "train-iters=4", *extra), cwd=run_dir.parent)
 
 
 @pytest.fixture
-def run(trained, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(trained, copy)
-    return copy
+def trained(tiny_trained_run):
+    return tiny_trained_run
+
+
+@pytest.fixture
+def run(tiny_run_copy):
+    return tiny_run_copy
 
 
 def newest(run_dir):
@@ -84,13 +74,13 @@ def test_the_payload_runs_under_plain_unpickling(tmp_path):
 # one file per command in the default run (every load is weights-only: test_every_torch_load_in_the_package_is_weights_only)
 @pytest.mark.parametrize("command,name", [pytest.param(c, n, marks=[] if n == names[0] else pytest.mark.slow)
                                           for c, names in FILES_READ.items() for n in names])
-def test_crafted_pickle_runs_nothing(run, cache, tmp_path, command, name):
+def test_crafted_pickle_runs_nothing(run, train_data_cache, tmp_path, command, name):
     marker = tmp_path / "ran"
     plant(newest(run), name, marker)
     if command == "resume":
-        proc = train(run, cache, "--resume", "train-iters=8")
+        proc = train(run, train_data_cache, "--resume", "train-iters=8")
     else:
-        proc = run_cli("sample", "--checkpoint", str(run), "--max-new-tokens", "4", "--device", "cpu")
+        proc = run_main("sample", "--checkpoint", str(run), "--max-new-tokens", "4", "--device", "cpu")
     assert not marker.exists(), "the checkpoint ran code"
     one_line_error(proc, name)
 
@@ -129,10 +119,10 @@ def flip_a_byte(path):
     path.write_bytes(bytes(data))
 
 
-def test_flipped_bytes_are_named_by_resume_and_sample(run, cache):
+def test_flipped_bytes_are_named_by_resume_and_sample(run, train_data_cache):
     flip_a_byte(newest(run) / "model.pt")
-    one_line_error(train(run, cache, "--resume", "train-iters=8"), "model.pt", "checksum")
-    one_line_error(run_cli("sample", "--checkpoint", str(run), "--device", "cpu"), "model.pt", "checksum")
+    one_line_error(train(run, train_data_cache, "--resume", "train-iters=8"), "model.pt", "checksum")
+    one_line_error(run_main("sample", "--checkpoint", str(run), "--device", "cpu"), "model.pt", "checksum")
 
 
 @pytest.mark.parametrize("name", ["optimizer.pt", "trainer.pt", "rng_rank0.pt", "deepspeed/mp_rank_00_model_states.pt"])
@@ -148,31 +138,31 @@ def test_every_damaged_file_is_named(trained, tmp_path, name):
         checkpoint.verify(ckpt)
 
 
-def test_missing_rng_file_refuses_the_resume(run, cache):
+def test_missing_rng_file_refuses_the_resume(run, train_data_cache):
     ckpt = newest(run)
     (ckpt / "rng_rank0.pt").unlink()
     checkpoint.write_checksums(ckpt)  # even a consistent checkpoint without it cannot resume exactly
-    one_line_error(train(run, cache, "--resume", "train-iters=8"), "rng_rank0.pt", "exact")
+    one_line_error(train(run, train_data_cache, "--resume", "train-iters=8"), "rng_rank0.pt", "exact")
 
 
-def test_torn_metrics_line_is_truncated_on_resume(run, cache):
+def test_torn_metrics_line_is_truncated_on_resume(run, train_data_cache):
     metrics = run / "metrics.jsonl"
     whole = metrics.read_text()
     metrics.write_text(whole + '{"kind": "train", "step": 5, "lo')  # a crash in the middle of a write
-    proc = train(run, cache, "--resume", "train-iters=8")
+    proc = train(run, train_data_cache, "--resume", "train-iters=8")
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in metrics.read_text().splitlines()]  # every line parses
     assert [r["step"] for r in records if r["kind"] == "train"] == list(range(1, 9))
 
 
-def test_a_torn_line_before_the_end_is_still_an_error(run, cache):
+def test_a_torn_line_before_the_end_is_still_an_error(run, train_data_cache):
     metrics = run / "metrics.jsonl"
     lines = metrics.read_text().splitlines(keepends=True)
     metrics.write_text(lines[0] + '{"kind": "tr\n' + "".join(lines[1:]))
-    one_line_error(train(run, cache, "--resume", "train-iters=8"), "metrics.jsonl")
+    one_line_error(train(run, train_data_cache, "--resume", "train-iters=8"), "metrics.jsonl")
 
 
-def test_second_run_in_the_same_directory_is_refused(run, cache, tmp_path):
+def test_second_run_in_the_same_directory_is_refused(run, train_data_cache, tmp_path):
     from gptforge.train.rundir import lock
 
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom gptforge.train.rundir import lock\n"
@@ -181,7 +171,7 @@ def test_second_run_in_the_same_directory_is_refused(run, cache, tmp_path):
     try:
         assert holder.stdout.readline().strip() == "locked"
         before = sorted(p.name for p in (run / "checkpoints").iterdir())
-        proc = train(run, cache, "--resume", "train-iters=8")
+        proc = train(run, train_data_cache, "--resume", "train-iters=8")
         one_line_error(proc, str(holder.pid), os.uname().nodename)
         assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
     finally:
@@ -207,22 +197,22 @@ def fill(disk, leave_bytes: int) -> None:
     (disk / "filler").write_bytes(b"\0" * max(free - leave_bytes, 0))
 
 
-def test_full_disk_during_checkpoint_save_keeps_the_old_one(run, cache, small_disk):
+def test_full_disk_during_checkpoint_save_keeps_the_old_one(run, train_data_cache, small_disk):
     moved = small_disk / "run"
     shutil.copytree(run, moved)
     step4 = {p.name: p.read_bytes() for p in newest(moved).iterdir()}
     fill(small_disk, 64 * 1024)  # room for config and metrics, not for model.pt
-    proc = train(moved, cache, "--resume", "train-iters=8")
+    proc = train(moved, train_data_cache, "--resume", "train-iters=8")
     one_line_error(proc, "No space left", "free", str(moved / "checkpoints"))
     assert newest(moved).name == "step_00000004"
     assert {p.name: p.read_bytes() for p in newest(moved).iterdir()} == step4
     assert not [p for p in (moved / "checkpoints").iterdir() if p.name.startswith(".tmp-")]
 
 
-def test_full_disk_during_config_write(run, cache, small_disk):
+def test_full_disk_during_config_write(run, train_data_cache, small_disk):
     moved = small_disk / "run"
     shutil.copytree(run, moved)
     fill(small_disk, 0)
-    proc = train(moved, cache, "--resume", "train-iters=8")
+    proc = train(moved, train_data_cache, "--resume", "train-iters=8")
     one_line_error(proc, "No space left", "free", str(moved))
     assert json.loads((newest(moved) / checkpoint.CHECKSUMS_FILE).read_text())
