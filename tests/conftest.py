@@ -47,17 +47,23 @@ def run_cli(*args: str, env: dict | None = None, cwd: str | os.PathLike | None =
 def run_main(*args: str, env: dict | None = None, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
     """``gptforge ARGS`` run in this process, answered as ``run_cli`` answers: for tests of what a command does, not
     of its process (no interpreter start, no torch import per call; each command keeps a test through ``run_cli``).
-    ENV is set and CWD entered for the call only; an uncaught exception fails the test with its traceback."""
+    ENV is set and CWD entered for the call only (OMP_NUM_THREADS sets torch's thread count, as at a process's
+    start); an uncaught exception fails the test with its traceback."""
     import contextlib
     import io
 
     from gptforge.cli import main
 
-    saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    threads = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
+    env = env or {}
+    if "OMP_NUM_THREADS" in env:
+        import torch  # noqa: F401 (its thread count is set below, as a process started with ENV would have it)
+    torch = sys.modules.get("torch")
+    saved_env, saved_cwd, saved_threads = dict(os.environ), os.getcwd(), torch and torch.get_num_threads()
     out, err = io.StringIO(), io.StringIO()
     try:
-        os.environ.update(env or {})
+        os.environ.update(env)
+        if "OMP_NUM_THREADS" in env:
+            torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
         if cwd is not None:
             os.chdir(cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -69,8 +75,8 @@ def run_main(*args: str, env: dict | None = None, cwd: str | os.PathLike | None 
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
-        if threads is not None:  # a CPU run sets torch's thread count for the whole process
-            sys.modules["torch"].set_num_threads(threads)
+        if torch:  # a CPU run sets torch's thread count for the whole process
+            torch.set_num_threads(saved_threads)
     return subprocess.CompletedProcess(["gptforge", *args], code, out.getvalue(), err.getvalue())
 
 
