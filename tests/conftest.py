@@ -96,6 +96,16 @@ def main_one_line(*args: str, expect: int, stream: str = "stderr", last_line: bo
     return code, lines[-1]
 
 
+# Property tests draw a fifth of their examples (at least 10) in the default run; CI draws every one (.ci/run sets
+# GPTFORGE_TEST_ALL_EXAMPLES=1).
+ALL_EXAMPLES = os.environ.get("GPTFORGE_TEST_ALL_EXAMPLES") == "1"
+
+
+def examples(count: int) -> int:
+    """``max_examples`` for a property test written for COUNT examples."""
+    return count if ALL_EXAMPLES else max(10, count // 5)
+
+
 # The benchmark's bookkeeping: the bench/ scripts' dry runs and the committed results re-pooled. Not the product,
 # so not the default run; CI runs them (`pytest -m bench`). A test module listed here that no longer exists is
 # harmless.

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import run_cli
+from conftest import examples, run_cli
 from gptforge.data import sample_index as si
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
@@ -105,7 +105,7 @@ def _outcome(fn):
         return type(err).__name__
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(args=sample_index_inputs(), wide=st.booleans())
 def test_sample_index_identical_to_reference(helpers, args, wide):
     sizes, doc_idx, seq, epochs, per_epoch, drop_last, extra = args
@@ -122,7 +122,7 @@ def test_sample_index_identical_to_reference(helpers, args, wide):
     np.testing.assert_array_equal(got, want)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(weights=st.lists(st.floats(0.001, 100.0), min_size=1, max_size=6), size=st.integers(0, 3000),
        normalise=st.booleans())
 def test_blending_identical_to_reference(helpers, weights, size, normalise):
