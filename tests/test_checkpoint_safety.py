@@ -35,6 +35,11 @@ def train(run_dir, cache, *extra):
     return run_main(*tiny_train_args(run_dir, cache, "train-iters=4", *extra), cwd=run_dir.parent)
 
 
+@pytest.fixture(scope="session")
+def cache(train_data_cache):
+    return train_data_cache
+
+
 @pytest.fixture
 def trained(tiny_trained_run):
     return tiny_trained_run
@@ -74,11 +79,11 @@ def test_the_payload_runs_under_plain_unpickling(tmp_path):
 # one file per command in the default run (every load is weights-only: test_every_torch_load_in_the_package_is_weights_only)
 @pytest.mark.parametrize("command,name", [pytest.param(c, n, marks=[] if n == names[0] else pytest.mark.slow)
                                           for c, names in FILES_READ.items() for n in names])
-def test_crafted_pickle_runs_nothing(run, train_data_cache, tmp_path, command, name):
+def test_crafted_pickle_runs_nothing(run, cache, tmp_path, command, name):
     marker = tmp_path / "ran"
     plant(newest(run), name, marker)
     if command == "resume":
-        proc = train(run, train_data_cache, "--resume", "train-iters=8")
+        proc = train(run, cache, "--resume", "train-iters=8")
     else:
         proc = run_main("sample", "--checkpoint", str(run), "--max-new-tokens", "4", "--device", "cpu")
     assert not marker.exists(), "the checkpoint ran code"
@@ -119,9 +124,9 @@ def flip_a_byte(path):
     path.write_bytes(bytes(data))
 
 
-def test_flipped_bytes_are_named_by_resume_and_sample(run, train_data_cache):
+def test_flipped_bytes_are_named_by_resume_and_sample(run, cache):
     flip_a_byte(newest(run) / "model.pt")
-    one_line_error(train(run, train_data_cache, "--resume", "train-iters=8"), "model.pt", "checksum")
+    one_line_error(train(run, cache, "--resume", "train-iters=8"), "model.pt", "checksum")
     one_line_error(run_main("sample", "--checkpoint", str(run), "--device", "cpu"), "model.pt", "checksum")
 
 
@@ -138,31 +143,31 @@ def test_every_damaged_file_is_named(trained, tmp_path, name):
         checkpoint.verify(ckpt)
 
 
-def test_missing_rng_file_refuses_the_resume(run, train_data_cache):
+def test_missing_rng_file_refuses_the_resume(run, cache):
     ckpt = newest(run)
     (ckpt / "rng_rank0.pt").unlink()
     checkpoint.write_checksums(ckpt)  # even a consistent checkpoint without it cannot resume exactly
-    one_line_error(train(run, train_data_cache, "--resume", "train-iters=8"), "rng_rank0.pt", "exact")
+    one_line_error(train(run, cache, "--resume", "train-iters=8"), "rng_rank0.pt", "exact")
 
 
-def test_torn_metrics_line_is_truncated_on_resume(run, train_data_cache):
+def test_torn_metrics_line_is_truncated_on_resume(run, cache):
     metrics = run / "metrics.jsonl"
     whole = metrics.read_text()
     metrics.write_text(whole + '{"kind": "train", "step": 5, "lo')  # a crash in the middle of a write
-    proc = train(run, train_data_cache, "--resume", "train-iters=8")
+    proc = train(run, cache, "--resume", "train-iters=8")
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in metrics.read_text().splitlines()]  # every line parses
     assert [r["step"] for r in records if r["kind"] == "train"] == list(range(1, 9))
 
 
-def test_a_torn_line_before_the_end_is_still_an_error(run, train_data_cache):
+def test_a_torn_line_before_the_end_is_still_an_error(run, cache):
     metrics = run / "metrics.jsonl"
     lines = metrics.read_text().splitlines(keepends=True)
     metrics.write_text(lines[0] + '{"kind": "tr\n' + "".join(lines[1:]))
-    one_line_error(train(run, train_data_cache, "--resume", "train-iters=8"), "metrics.jsonl")
+    one_line_error(train(run, cache, "--resume", "train-iters=8"), "metrics.jsonl")
 
 
-def test_second_run_in_the_same_directory_is_refused(run, train_data_cache, tmp_path):
+def test_second_run_in_the_same_directory_is_refused(run, cache, tmp_path):
     from gptforge.train.rundir import lock
 
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom gptforge.train.rundir import lock\n"
@@ -171,7 +176,7 @@ def test_second_run_in_the_same_directory_is_refused(run, train_data_cache, tmp_
     try:
         assert holder.stdout.readline().strip() == "locked"
         before = sorted(p.name for p in (run / "checkpoints").iterdir())
-        proc = train(run, train_data_cache, "--resume", "train-iters=8")
+        proc = train(run, cache, "--resume", "train-iters=8")
         one_line_error(proc, str(holder.pid), os.uname().nodename)
         assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
     finally:
@@ -197,22 +202,22 @@ def fill(disk, leave_bytes: int) -> None:
     (disk / "filler").write_bytes(b"\0" * max(free - leave_bytes, 0))
 
 
-def test_full_disk_during_checkpoint_save_keeps_the_old_one(run, train_data_cache, small_disk):
+def test_full_disk_during_checkpoint_save_keeps_the_old_one(run, cache, small_disk):
     moved = small_disk / "run"
     shutil.copytree(run, moved)
     step4 = {p.name: p.read_bytes() for p in newest(moved).iterdir()}
     fill(small_disk, 64 * 1024)  # room for config and metrics, not for model.pt
-    proc = train(moved, train_data_cache, "--resume", "train-iters=8")
+    proc = train(moved, cache, "--resume", "train-iters=8")
     one_line_error(proc, "No space left", "free", str(moved / "checkpoints"))
     assert newest(moved).name == "step_00000004"
     assert {p.name: p.read_bytes() for p in newest(moved).iterdir()} == step4
     assert not [p for p in (moved / "checkpoints").iterdir() if p.name.startswith(".tmp-")]
 
 
-def test_full_disk_during_config_write(run, train_data_cache, small_disk):
+def test_full_disk_during_config_write(run, cache, small_disk):
     moved = small_disk / "run"
     shutil.copytree(run, moved)
     fill(small_disk, 0)
-    proc = train(moved, train_data_cache, "--resume", "train-iters=8")
+    proc = train(moved, cache, "--resume", "train-iters=8")
     one_line_error(proc, "No space left", "free", str(moved))
     assert json.loads((newest(moved) / checkpoint.CHECKSUMS_FILE).read_text())

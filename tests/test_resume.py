@@ -13,6 +13,11 @@ from conftest import SMALL, run_cli, run_main
 from gptforge.train import checkpoint
 
 # A small but complete setup: dropout (RNG state matters), gradient accumulation 2, eval and save every 4.
+@pytest.fixture(scope="session")
+def cache(train_data_cache):
+    return train_data_cache
+
+
 def train(run_dir, cache, *extra, kill_at=None, cwd=None, in_process=False):
     """The run as its own process (killed or compared bit for bit), or IN_PROCESS where neither matters."""
     env = {"OMP_NUM_THREADS": "1", **({"GPTFORGE_TEST_KILL_AT": kill_at} if kill_at else {})}
@@ -26,9 +31,9 @@ def history(run_dir) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, train_data_cache):
+def reference(tmp_path_factory, cache):
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    proc = train(run_dir, train_data_cache, cwd=run_dir.parent)
+    proc = train(run_dir, cache, cwd=run_dir.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir
 
@@ -79,15 +84,15 @@ def test_fp16_loss_scale_survives_a_checkpoint(tmp_path):
 
 # killed mid-save: test_killed_save_is_never_picked_up covers it in the default run
 @pytest.mark.parametrize("kill_at,resumes_from", [("step:7", 4), pytest.param("save:8", 4, marks=pytest.mark.slow)])
-def test_killed_run_resumes_bitwise(tmp_path, train_data_cache, reference, kill_at, resumes_from):
+def test_killed_run_resumes_bitwise(tmp_path, cache, reference, kill_at, resumes_from):
     expected = history(reference)
     assert [h[:2] for h in expected if h[0] == "train"] == [("train", step) for step in range(1, 13)]
     run_dir = tmp_path / "run"
-    killed = train(run_dir, train_data_cache, kill_at=kill_at, cwd=tmp_path)
+    killed = train(run_dir, cache, kill_at=kill_at, cwd=tmp_path)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert checkpoint.latest(run_dir / "checkpoints").name == checkpoint.step_dir_name(resumes_from)
     assert (run_dir / "loss.png").stat().st_size > 0  # plotted at the step-4 evaluation, before the kill
-    resumed = train(run_dir, train_data_cache, "--resume", cwd=tmp_path)
+    resumed = train(run_dir, cache, "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stdout and f"(step {resumes_from})" in resumed.stdout
     evals = [h[2] for h in expected if h[0] == "eval"]
@@ -97,13 +102,13 @@ def test_killed_run_resumes_bitwise(tmp_path, train_data_cache, reference, kill_
     assert got == expected  # float equality of every train and eval loss
 
 
-def test_sigterm_mid_step_saves_and_the_requeued_run_resumes_bitwise(tmp_path, train_data_cache, reference):
+def test_sigterm_mid_step_saves_and_the_requeued_run_resumes_bitwise(tmp_path, cache, reference):
     """Slurm's SIGTERM before a time limit or a preemption: the step in flight finishes, a checkpoint of it is
     written, the run exits with PREEMPTED_EXIT, and --resume logs the uninterrupted run's losses bit for bit."""
     from gptforge.train.preempt import PREEMPTED_EXIT
 
     run_dir = tmp_path / "run"
-    stopped = train(run_dir, train_data_cache, kill_at="TERM@step:5", cwd=tmp_path)  # SIGTERM to itself mid-step 5
+    stopped = train(run_dir, cache, kill_at="TERM@step:5", cwd=tmp_path)  # SIGTERM to itself mid-step 5
     assert stopped.returncode == PREEMPTED_EXIT, stopped.stderr[-3000:]
     assert "Traceback" not in stopped.stderr
     assert "CPU threads: 1 (OMP_NUM_THREADS)" in stopped.stdout
@@ -113,15 +118,15 @@ def test_sigterm_mid_step_saves_and_the_requeued_run_resumes_bitwise(tmp_path, t
     assert f"SIGTERM: stopped after step {stopped_at}" in stopped.stdout and "--resume" in stopped.stdout
     expected = history(reference)
     assert history(run_dir) == [h for h in expected if h[1] <= stopped_at]
-    resumed = train(run_dir, train_data_cache, "--resume", cwd=tmp_path)
+    resumed = train(run_dir, cache, "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"(step {stopped_at})" in resumed.stdout
     assert history(run_dir) == expected  # float equality of every train and eval loss
 
 
-def test_killed_save_is_never_picked_up(tmp_path, train_data_cache):
+def test_killed_save_is_never_picked_up(tmp_path, cache):
     run_dir = tmp_path / "run"
-    killed = train(run_dir, train_data_cache, kill_at="save:8", cwd=tmp_path)
+    killed = train(run_dir, cache, kill_at="save:8", cwd=tmp_path)
     assert killed.returncode == -signal.SIGKILL
     root = run_dir / "checkpoints"
     staged = root / ".tmp-step_00000008"
@@ -130,16 +135,16 @@ def test_killed_save_is_never_picked_up(tmp_path, train_data_cache):
     assert [p.name for p in checkpoint.complete_checkpoints(root)] == ["step_00000004"]
     assert (root / "latest").read_text().strip() == "step_00000004"
     # stop right after step 8
-    resumed = train(run_dir, train_data_cache, "--resume", "train-iters=8", cwd=tmp_path, in_process=True)
+    resumed = train(run_dir, cache, "--resume", "train-iters=8", cwd=tmp_path, in_process=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert not staged.exists()  # the leftover was cleaned, the step saved again in full
     assert "resume: this key differs from the run's config.json: train-iters 12 -> 8; the run goes on" in resumed.stdout
     assert [p.name for p in checkpoint.complete_checkpoints(root)] == ["step_00000004", "step_00000008"]
 
 
-def test_keep_last_prunes_old_checkpoints(tmp_path, train_data_cache):
+def test_keep_last_prunes_old_checkpoints(tmp_path, cache):
     run_dir = tmp_path / "run"
-    proc = train(run_dir, train_data_cache, "keep-last=1", "train-iters=8", cwd=tmp_path, in_process=True)
+    proc = train(run_dir, cache, "keep-last=1", "train-iters=8", cwd=tmp_path, in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert names == ["latest", "step_00000008"]

@@ -79,7 +79,8 @@ def test_missing_tokenizer(run_dir, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
     shutil.rmtree(copy / "tokenizer")
-    one_line_error(run_main("sample", "--checkpoint", str(copy), "--prompt", "x"), 1, "the run's tokenizer does not load")
+    one_line_error(run_main("sample", "--checkpoint", str(copy), "--prompt", "x"), 1,
+                   "the run's tokenizer does not load")
 
 
 def test_a_foreign_step_directory_is_ignored(run_dir, tmp_path):
