@@ -23,7 +23,7 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, fused: bool) -> tuple[torch.optim.Optimizer, str]:
     """AdamW over MODEL's parameter groups; FUSED: torch's fused CUDA kernel (gptforge.accel's choice)."""
     opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                            eps=cfg.adam_eps, fused=fused, foreach=None if fused else True)
+                            fused=fused, foreach=None if fused else True)
     return opt, f"torch AdamW ({'fused CUDA kernel' if fused else 'foreach'})"
 
 
