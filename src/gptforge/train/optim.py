@@ -24,7 +24,7 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, fused: bool) -> tuple[torch.optim.Optimizer, Finding]:
     """AdamW over MODEL's parameter groups and the run's note on it; FUSED: torch's fused CUDA kernel (gptforge.accel's choice)."""
     opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                            eps=cfg.adam_eps, fused=fused, foreach=None if fused else True)
+                            fused=fused, foreach=None if fused else True)
     return opt, Finding("optimizer", Severity.INFO, f"optimizer: torch AdamW ({'fused CUDA kernel' if fused else 'foreach'})")
 
 
