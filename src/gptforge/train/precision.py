@@ -20,7 +20,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 class Precision:
     name: str
     device_type: str
-    note: Finding  # the run's startup note: code precision, or precision-fallback where the GPU lacks what was asked
+    note: Finding  # the run's startup note: code precision, or precision-fallback where the device lacks what was asked
 
     @property
     def dtype(self) -> torch.dtype:
