@@ -124,9 +124,10 @@ def test_two_process_fsdp_matches_accumulation_and_resumes_exactly(tmp_path_fact
     single = run_cli("train", "--run-dir", str(tmp_path / "single"), *SMALL, f"data-cache-dir={cache}",
                      cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
     assert single.returncode == 0, single.stderr[-3000:]
-    ref = torchrun(tmp_path / "ref", cache, unit, cwd=tmp_path)
+    ref = torchrun(tmp_path / "ref", cache, unit, "--json", cwd=tmp_path)
     assert ref.returncode == 0, ref.stdout[-2000:] + ref.stderr[-3000:]
-    assert "FSDP2 over 2 processes (cpu)" in ref.stdout and "accumulation 2 x data-parallel 2" in ref.stdout
+    notes = {note["code"]: note["message"] for note in json.loads(ref.stdout)["notes"]}
+    assert "2 processes (cpu)" in notes["fsdp"] and "accumulation 2 x data-parallel 2" in ref.stderr
     a, b = losses(tmp_path / "single"), losses(tmp_path / "ref")
     assert [x[:2] for x in a] == [x[:2] for x in b]
     for (_, _, la), (_, _, lb) in zip(a, b):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from gptforge.errors import GptforgeError, UsageError
@@ -101,7 +102,7 @@ def run_train(args) -> int:
     if result.metrics is None:
         return code
     if args.json:
-        json.dump({k: (str(v) if isinstance(v, Path) else v) for k, v in vars(result).items()}, sys.stdout, indent=2)
+        json.dump(asdict(result), sys.stdout, indent=2, default=str)  # paths as text, notes as their fields
         sys.stdout.write("\n")
         return code
     if result.stopped_at is not None:

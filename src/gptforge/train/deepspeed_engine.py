@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from gptforge.core.findings import Finding, Severity
 from gptforge.errors import FileReadError, GptforgeError, UsageError
 from gptforge.reading import read_json
 from gptforge.train import checkpoint
@@ -94,11 +95,12 @@ class DeepSpeedEngine:
 
         deep = bool(ds_config.get("compile", {}).get("deepcompile"))
         stage = ds_config.get("zero_optimization", {}).get("stage", 0)
-        self.compile_note = "torch.compile: off (compile=false)"
+        self.compile_note = Finding("compile-off", Severity.INFO, "torch.compile: off (compile=false)")
         if compile_options is not None and not deep:
-            self.compile_note = (compile_blocks(raw_model, compile_options) if stage < 3 else
-                                 'torch.compile: off under ZeRO-3 without DeepCompile (its parameter gathering '
-                                 'recompiles every block); "compile": {"deepcompile": true} in the DeepSpeed config compiles it')
+            self.compile_note = (compile_blocks(raw_model, compile_options) if stage < 3 else Finding(
+                "compile-off-zero3", Severity.WARNING, "torch.compile: off under ZeRO-3 without DeepCompile (its "
+                'parameter gathering recompiles every block); "compile": {"deepcompile": true} in the DeepSpeed config '
+                "compiles it"))
 
         self.raw_model = raw_model
         self.ds_config = ds_config
@@ -112,11 +114,15 @@ class DeepSpeedEngine:
         self.precision_name = "bf16" if ds_config.get("bf16", {}).get("enabled") else "fp16" if ds_config.get("fp16", {}).get("enabled") else "fp32"
         if compile_options is not None and deep:
             self.engine.compile(compile_kwargs=compile_options)
-            self.compile_note = "torch.compile: on, the whole module under the engine with DeepCompile (first steps include compilation)"
+            self.compile_note = Finding("compile-deepcompile", Severity.INFO, "torch.compile: on, the whole module "
+                                        "under the engine with DeepCompile (first steps include compilation)")
 
-    def describe(self) -> list[str]:
-        return [f"DeepSpeed engine: ZeRO stage {self.zero_stage}, {self.precision_name} (from the DeepSpeed config)",
-                self.compile_note]
+    def describe(self, optimizer_note: Finding) -> list[Finding]:
+        """The run's notes on the engine; OPTIMIZER_NOTE: the trainer's optimizer, used unless the config names one."""
+        if "optimizer" in self.ds_config:
+            optimizer_note = Finding("optimizer", Severity.INFO, "optimizer: DeepSpeed's, from its config")
+        return [Finding("deepspeed", Severity.INFO, f"DeepSpeed engine: ZeRO stage {self.zero_stage}, "
+                        f"{self.precision_name} (from the DeepSpeed config)"), self.compile_note, optimizer_note]
 
     def micro_step(self, x, y, is_last: bool) -> torch.Tensor:
         _, loss = self.engine(x, y)

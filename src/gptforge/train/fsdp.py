@@ -29,6 +29,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from gptforge.core.findings import Finding, Severity
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
@@ -44,7 +45,7 @@ UNITS = ("block", "model")
 
 
 def shard(model: torch.nn.Module, cfg: TrainConfig, precision: Precision, device: torch.device, world_size: int,
-          compile_options: dict, unit: str = "block") -> list[str]:
+          compile_options: dict, unit: str = "block") -> list[Finding]:
     """Compile (when asked for) and shard MODEL in place; returns the startup notes. Call it before the
     optimizer is built: the parameters become DTensor shards.
 
@@ -68,11 +69,12 @@ def shard(model: torch.nn.Module, cfg: TrainConfig, precision: Precision, device
         fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
         if cfg.compile:  # the forward alone: FSDP's hooks run around it, outside the graph
             model.forward = torch.compile(model.forward, **compile_options)
-            notes.append("torch.compile: on, the whole forward as one graph (first steps include compilation)")
+            notes.append(Finding("compile-forward", Severity.INFO,
+                                 "torch.compile: on, the whole forward as one graph (first steps include compilation)"))
     gathered = f"{precision.name} all-gathers, float32 reduce-scatters" if low else "float32 all-gathers and reduce-scatters"
     units = "one unit per block" if unit == "block" else "one unit, whole weights kept through each micro batch"
-    notes.append(f"FSDP2 over {world_size} processes ({device.type}): parameters, gradients and optimizer state "
-                 f"sharded, {units}; {gathered}")
+    notes.append(Finding("fsdp", Severity.INFO, f"FSDP2 over {world_size} processes ({device.type}): parameters, "
+                         f"gradients and optimizer state sharded, {units}; {gathered}"))
     return notes
 
 
