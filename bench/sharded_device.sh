@@ -2,7 +2,7 @@
 # Sharded training on one multi-GPU host, run from the repository root:
 #   bench/sharded_device.sh engines [MODELS] [ENGINES]  # 2 GPUs, same global batch: DDP, ZeRO-2, ZeRO-3, FSDP2
 #   bench/sharded_device.sh tests                       # the multi-GPU tests (kill and resume; two nodes on 4 GPUs)
-#   bench/sharded_device.sh scaling [FEW MANY]          # weak scaling (default 1 vs 4 GPUs), DDP and FSDP2 at 124M
+#   bench/sharded_device.sh scaling [FEW MANY [ENGINES]] # weak scaling (default 1 vs 4 GPUs), DDP and FSDP2 at 124M
 #   bench/sharded_device.sh all                         # 4 GPUs: engines on GPUs 0-1 beside the tests on 2-3,
 #                                                       # then weak scaling 1 vs 4 if DEADLINE (seconds) allows
 #   bench/sharded_device.sh two                         # 2 GPUs: engines at 124M, the tests, then 350M if DEADLINE allows
@@ -38,11 +38,12 @@ case "$MODE" in
 probe)
     nvidia-smi topo -m || true
     echo "CUDA toolkit for DeepSpeed's op builds: $(command -v nvcc || echo none)"
-    read -r -a VARIANTS <<< "${2:-ddp fsdp-keep zero2 fsdp zero3 zero2-module fsdp-model zero3-leaf zero2-syncs zero2-nooverlap zero3-deepcompile}"
-    read -r -a PROFILED <<< "${PROFILE:-fsdp fsdp-keep zero2 zero3}"
+    read -r -a VARIANTS <<< "${2:-ddp fsdp-keep zero2 zero2-syncs fsdp zero3 zero2-module zero3-leaf fsdp-model zero2-nooverlap zero3-deepcompile}"
+    read -r -a PROFILED <<< "${PROFILE:-fsdp-keep zero2 fsdp zero3}"
+    read -r -a MORE <<< "${SHARDED_ARGS:-}"  # more bench/sharded.py arguments (a CPU dry run: --device cpu --models tiny ...)
     TORCH_LOGS=${TORCH_LOGS:-recompiles} $PY bench/sharded.py --gpus 2 --models 124m --engines "${VARIANTS[@]}" \
         --profile "${PROFILED[@]}" --warmup 15 --steps 30 --profile-steps 3 --run-timeout 150 \
-        --deadline $((${BUDGET:-440} - SECONDS)) --min-run-s 45 --out "$RESULTS" --data-cache-dir "$CACHE" || true ;;
+        --deadline $((${BUDGET:-440} - SECONDS)) --min-run-s 45 --out "$RESULTS" --data-cache-dir "$CACHE" "${MORE[@]}" || true ;;
 engines)
     read -r -a MODELS <<< "${2:-124m 350m}"
     read -r -a ENGINES <<< "${3:-ddp fsdp zero2 zero3}"
@@ -75,7 +76,8 @@ two)
         echo "350M not run: $((${DEADLINE:-0} - SECONDS)) s left before the deadline"
     fi ;;
 scaling)
-    $PY bench/sharded.py --weak-scaling "${2:-1}" "${3:-4}" --models 124m --engines ddp fsdp --out "$RESULTS" \
+    read -r -a ENGINES <<< "${4:-ddp fsdp}"
+    $PY bench/sharded.py --weak-scaling "${2:-1}" "${3:-4}" --models 124m --engines "${ENGINES[@]}" --out "$RESULTS" \
         --data-cache-dir "$CACHE" ;;
 *)
     echo "unknown mode $MODE: probe, engines, tests, scaling, all or two" >&2; exit 2 ;;
