@@ -54,6 +54,7 @@ VARIANTS = {
     "zero3": {"deepspeed": "zero3"},
     "zero3-syncs": {"deepspeed": "zero3", "ds": {"timers": SYNCS_BACK["timers"]}},
     "zero3-leaf": {"deepspeed": "zero3", "ds": {"zero_optimization": {"leaf_module": {"classes": ["gptforge.model.gpt.Block"]}}}},
+    "zero3-compiled": {"deepspeed": "zero3", "patches": {f"{DEEPSPEED}.COMPILE_ZERO3_BLOCKS": True}},
     "zero3-prefetch": {"deepspeed": "zero3", "ds": {"zero_optimization": {"stage3_prefetch_bucket_size": 200_000_000,
                                                                          "stage3_param_persistence_threshold": 1_000_000,
                                                                          "reduce_bucket_size": 200_000_000}}},

@@ -80,7 +80,9 @@ def main() -> int:
         print("\n".join(trainer.notes), flush=True)
     try:
         started = time.perf_counter()
+        warm = []
         for record in trainer.steps(spec["warmup"]):
+            warm.append(record)
             if main_rank:
                 print(f"warmup step {record['step']}: {record['step_ms']:.0f} ms", flush=True)
         warm_s = time.perf_counter() - started
@@ -100,7 +102,8 @@ def main() -> int:
               "step_ms": statistics.median(r["step_ms"] for r in timed), "step_ms_max": max(r["step_ms"] for r in timed),
               "steps_timed": len(timed), "warmup_s": round(warm_s, 1),
               "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if trainer.device.type == "cuda" else None,
-              "last_loss": timed[-1]["loss"], "graph_breaks": sum(counters["graph_break"].values()),
+              "last_loss": timed[-1]["loss"], "losses": [r["loss"] for r in warm + timed],
+              "grad_norms": [r["grad_norm"] for r in warm + timed], "graph_breaks": sum(counters["graph_break"].values()),
               "graphs": counters["stats"].get("unique_graphs", 0), "notes": trainer.notes, "profile": gaps}
     Path(spec["result"]).write_text(json.dumps(result, indent=1))
     return 0

@@ -126,6 +126,35 @@ def test_blocks_kept_whole_through_the_step_train_as_resharded_blocks_do(group, 
         assert torch.equal(a.full_tensor(), b.full_tensor()), name
 
 
+def test_compiled_blocks_share_one_graph_and_leave_the_engines_hooks_outside_it():
+    """An engine's hook on a block that torch.compile cannot trace (ZeRO-3's, which read each module's id and
+    gather its weights) would break the block's graph and be compiled on its own for every block;
+    compile_blocks keeps the hooks out of what it compiles."""
+    from torch._dynamo.utils import counters
+
+    from gptforge.model import GPT, ModelConfig
+    from gptforge.train.engine import compile_blocks
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = GPT(ModelConfig(4, 32, 2, 16, 64))
+    seen = []
+
+    def untraceable_hook(module, args):
+        torch._dynamo.graph_break()
+        seen.append(module.hook_id)
+
+    for i, block in enumerate(model.blocks):
+        block.hook_id = i
+        block.register_forward_pre_hook(untraceable_hook)
+    compile_blocks(model, {"backend": "aot_eager"})
+    x = torch.randint(0, 64, (2, 16))
+    for _ in range(2):
+        model(x, x)[1].backward()
+    assert seen == [0, 1, 2, 3] * 2
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+
+
 class RunsCode:
     def __reduce__(self):
         return (os.system, ("true",))

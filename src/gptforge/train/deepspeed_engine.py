@@ -21,6 +21,9 @@ from gptforge.train.optim import build_scheduler, param_groups
 # ZeRO-1/2 without DeepCompile: the whole module compiled under the engine, one graph as under DDP, rather than
 # each block on its own (whose gradients, and so their reductions, are ready as soon as the block's backward ends)
 COMPILE_WHOLE_MODULE = False
+# ZeRO-3 without DeepCompile: each block made a ZeRO-3 leaf module (its weights gathered at once, hooks on the
+# block alone) and compiled on its own, the hooks outside its graph; else the step runs eager
+COMPILE_ZERO3_BLOCKS = False
 
 
 def deepspeed_safe_globals() -> list:
@@ -95,9 +98,9 @@ class DeepSpeedEngine:
         """COMPILE_OPTIONS: torch.compile's arguments; None: eager. Where the DeepSpeed config turns DeepCompile on,
         the whole module is compiled under the engine (its passes place ZeRO's collectives in the graph); else
         under ZeRO-1/2 each block is compiled on its own before the engine wraps the model (or the whole module
-        under the engine, with COMPILE_WHOLE_MODULE), and under ZeRO-3 the step stays eager: its hooks swap each
-        layer's weights in and out, and every block recompiles until torch.compile's recompile limit sends it
-        back to eager anyway."""
+        under the engine, with COMPILE_WHOLE_MODULE), and under ZeRO-3 the step stays eager (its hooks on every
+        layer inside a block would be traced into the block's graph and recompile it for each layer), unless
+        COMPILE_ZERO3_BLOCKS makes each block one leaf module, hooked as a whole, and compiles it."""
         import deepspeed
 
         deep = bool(ds_config.get("compile", {}).get("deepcompile"))
@@ -105,7 +108,11 @@ class DeepSpeedEngine:
         whole = compile_options is not None and (deep or (COMPILE_WHOLE_MODULE and stage < 3))
         self.compile_note = "torch.compile: off (compile=false)"
         if compile_options is not None and not whole:
-            self.compile_note = (compile_blocks(raw_model, compile_options) if stage < 3 else
+            if stage == 3 and COMPILE_ZERO3_BLOCKS:
+                from deepspeed.utils import set_z3_leaf_modules
+
+                set_z3_leaf_modules(raw_model, [type(raw_model.blocks[0])])
+            self.compile_note = (compile_blocks(raw_model, compile_options) if stage < 3 or COMPILE_ZERO3_BLOCKS else
                                  'torch.compile: off under ZeRO-3 without DeepCompile (its parameter gathering '
                                  'recompiles every block); "compile": {"deepcompile": true} in the DeepSpeed config compiles it')
 
