@@ -170,7 +170,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=["124m"], help="packaged gpt2-* configs")
     p.add_argument("--engines", nargs="+", default=["ddp", "fsdp", "zero2", "zero3"], choices=VARIANTS, metavar="VARIANT",
-                   help=f"in this order: {', '.join(VARIANTS)}")
+                   help=f"run in the order given, of: {', '.join(VARIANTS)}")
     p.add_argument("--gpus", type=int, default=2)
     p.add_argument("--weak-scaling", nargs=2, type=int, metavar=("FEW", "MANY"),
                    help="each engine on FEW and on MANY GPUs, global batch growing with the GPUs")
@@ -178,7 +178,8 @@ def main() -> int:
     p.add_argument("--per-gpu-batch", type=int, default=32, help="samples per GPU per step (global batch / GPUs)")
     p.add_argument("--steps", type=int, default=30, help="timed steps")
     p.add_argument("--warmup", type=int, default=15, help="steps before the timed ones")
-    p.add_argument("--profile", nargs="*", default=[], metavar="VARIANT", help="variants whose runs end under the profiler")
+    p.add_argument("--profile", nargs="*", default=[], choices=VARIANTS, metavar="VARIANT",
+                   help="variants whose runs end under the profiler")
     p.add_argument("--profile-steps", type=int, default=3)
     p.add_argument("--run-timeout", type=int, default=300)
     p.add_argument("--deadline", type=float, help="seconds from now by which every run must be over")
