@@ -108,13 +108,16 @@ class DeepSpeedEngine:
         whole = compile_options is not None and (deep or (COMPILE_WHOLE_MODULE and stage < 3))
         self.compile_note = "torch.compile: off (compile=false)"
         if compile_options is not None and not whole:
-            if stage == 3 and COMPILE_ZERO3_BLOCKS:
-                from deepspeed.utils import set_z3_leaf_modules
+            if stage < 3 or COMPILE_ZERO3_BLOCKS:
+                if stage == 3:  # each block gathered whole, hooked as one module: no hook inside its graph
+                    from deepspeed.utils import set_z3_leaf_modules
 
-                set_z3_leaf_modules(raw_model, [type(raw_model.blocks[0])])
-            self.compile_note = (compile_blocks(raw_model, compile_options) if stage < 3 or COMPILE_ZERO3_BLOCKS else
-                                 'torch.compile: off under ZeRO-3 without DeepCompile (its parameter gathering '
-                                 'recompiles every block); "compile": {"deepcompile": true} in the DeepSpeed config compiles it')
+                    set_z3_leaf_modules(raw_model, [type(raw_model.blocks[0])])
+                self.compile_note = compile_blocks(raw_model, compile_options)
+            else:
+                self.compile_note = ('torch.compile: off under ZeRO-3 without DeepCompile (its hooks on every layer would '
+                                     'break each block\'s graph); "compile": {"deepcompile": true} in the DeepSpeed config '
+                                     'compiles it')
 
         self.raw_model = raw_model
         self.ds_config = ds_config
