@@ -75,7 +75,7 @@ def main_one_line(*args: str, expect: int, stream: str = "stderr", last_line: bo
 # harmless.
 BENCH_MODULES = {
     "test_throughput_bench.py", "test_loss_parity.py", "test_parity_pool.py", "test_gpu_clocks.py",
-    "test_nanogpt_train.py", "test_bf16_weights_trace.py",
+    "test_nanogpt_train.py", "test_bf16_weights_trace.py", "test_sharded_bench.py",
 }
 
 

@@ -171,6 +171,10 @@ def test_deepspeed_config_is_completed_from_the_run(tmp_path):
     cfg, _ = load_config("gpt2-124m")
     ds = read_deepspeed_config("zero2", cfg, world_size=2)  # a packaged config, by name
     assert ds["zero_optimization"]["stage"] == 2 and ds["bf16"]["enabled"]
+    assert ds["timers"] == {"throughput": {"enabled": False}}  # DeepSpeed's timer waits for the device every micro batch
+    own = tmp_path / "timed.json"
+    own.write_text('{"timers": {"throughput": {"enabled": true}}}')
+    assert read_deepspeed_config(str(own), cfg, world_size=2)["timers"]["throughput"]["enabled"]  # the user's choice kept
     assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"], ds["train_batch_size"]) == (16, 16, 512)
     both = tmp_path / "both.json"
     both.write_text('{"bf16": {"enabled": true}, "fp16": {"enabled": true}}')
