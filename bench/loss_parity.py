@@ -10,7 +10,7 @@ of steps, where a drift would show), the final validation losses, and with --rep
 for A against a second run of A: the run-to-run noise floor (GPU kernels with atomics are not
 bit-reproducible), against which the A/B difference is to be read. --max-diff exits 1 when the A/B max
 difference is above it (--max-drift: any seed's |drift|, with --seeds); a run whose keys could not apply (a
-trainer's "asked for but" notes) also exits 1 and says which. JSON: $GPTFORGE_BENCH_OUT/loss_parity.json (or ./loss_parity.json),
+warning among the trainer's notes) also exits 1 and says which. JSON: $GPTFORGE_BENCH_OUT/loss_parity.json (or ./loss_parity.json),
 rewritten after every run ("complete": false until the last), so a run cut short keeps what finished.
 
 A same-seed pair against the A/A floor only measures perturbations of the size of GPU nondeterminism.
@@ -172,8 +172,8 @@ def train_once(config: str, keys: list[str], run_dir: Path, device: str, src: Pa
 
 
 def fallbacks(runs: dict) -> dict:
-    """run name -> the trainer's notes saying a key asked for could not apply (the run is not what was asked)."""
-    found = {name: [n for n in run["notes"] if "asked for but" in n] for name, run in runs.items()}
+    """run name -> the trainer's warnings: notes saying the run is not quite what its keys asked for."""
+    found = {name: [n["message"] for n in run["notes"] if n["severity"] == "warning"] for name, run in runs.items()}
     return {name: notes for name, notes in found.items() if notes}
 
 

@@ -154,7 +154,7 @@ def measure_gptforge(spec: dict) -> dict:
             "step_ms_median": statistics.median(step_ms), "step_ms_max": max(step_ms),
             "gc_collections": collections.summary(),
             "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
-            "final_loss": last["loss"], "flops_per_token": trainer.flops_per_token, "notes": trainer.notes,
+            "final_loss": last["loss"], "flops_per_token": trainer.flops_per_token, "notes": [note.to_json() for note in trainer.notes],
             "graph_breaks": sum(counters["graph_break"].values()),
             "graph_break_reasons": sorted(counters["graph_break"], key=counters["graph_break"].get)[-3:],
             "device_name": trainer.peak.device_name, "peak_tflops": (trainer.peak.bf16_flops or 0) / 1e12,
@@ -314,7 +314,7 @@ def lever_row(runner: Runner, lever: Lever, baseline: dict) -> dict:
         return row
     profile = f"-{lever.name}" if runner.plan.profile else None
     result = runner.gptforge(runner.plan.lever_model, row["overrides"], profile, lever.env)
-    fell_back = [n for n in result.get("notes", []) if "asked for but" in n]
+    fell_back = [n["message"] for n in result.get("notes", []) if n["severity"] == "warning"]
     if fell_back:  # the trainer fell back (e.g. TE asked for, not usable): the figure is not this lever's
         result = {"failed": "not applied: " + "; ".join(fell_back)}
     if "failed" not in result and "failed" not in baseline:

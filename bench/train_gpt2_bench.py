@@ -71,7 +71,7 @@ def run_variant(name: str, config: str, warmup: int, steps: int, out_dir: Path) 
     return {"variant": name, "micro_batch": cfg.micro_batch_size, "compile": cfg.compile, "steps": len(timed),
             "tokens_per_s": tok_s, "ms_per_step": 1e3 * seconds / len(timed), "mfu": mfu(flops, tok_s, peak),
             "peak_mem_gib": max(r["mem_gib"] for r in timed), "final_loss": result.final_train_loss,
-            "notes": result.notes, "gpu": gpu, "peak_tflops": (peak.bf16_flops or 0) / 1e12,
+            "notes": [note.to_json() for note in result.notes], "gpu": gpu, "peak_tflops": (peak.bf16_flops or 0) / 1e12,
             "flops_per_token": flops, "torch": torch.__version__}
 
 

@@ -111,7 +111,7 @@ def examples(count: int) -> int:
 # harmless.
 BENCH_MODULES = {
     "test_throughput_bench.py", "test_loss_parity.py", "test_parity_pool.py", "test_gpu_clocks.py",
-    "test_nanogpt_train.py", "test_bf16_weights_trace.py",
+    "test_nanogpt_train.py", "test_bf16_weights_trace.py", "test_sharded_bench.py",
 }
 
 

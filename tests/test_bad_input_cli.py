@@ -153,7 +153,7 @@ def test_unreadable_target_headers_for_a_user_who_cannot_list_them():
         proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
         codes = {f["code"]: f["message"] for f in json.loads(proc.stdout)["findings"]}
-        assert "cannot be listed by this user (Permission denied)" in codes["links-headers-unreadable"]
+        assert "(Permission denied)" in codes["links-headers-unreadable"]
     finally:
         (prefix / "targets/x86_64-linux/include").chmod(stat.S_IRWXU)
         shutil.rmtree(prefix)

@@ -31,6 +31,16 @@ def test_torch_wheels_from_2_7_need_glibc_2_28():
     assert errors(torch="2.6.0+cu126", glibc="2.17") == {"glibc-too-old"}  # the manylinux_2_28 builds
 
 
+def test_torch_glibc_floor_is_what_its_libraries_need_where_the_tag_says_less():
+    """The manylinux1 tag of PyPI's older torch wheels names glibc 2.5; their libraries need GLIBC_2.17."""
+    assert errors(torch="1.2.0", glibc="2.12") == {"glibc-too-old"}
+    assert errors(torch="2.5.1", glibc="2.12") == {"glibc-too-old"}
+    assert errors(torch="1.2.0", glibc="2.17") == set()
+    assert errors(torch="2.5.1", glibc="2.17") == set()  # GLIBC_2.17 is the newest its libraries (and libcurand) need
+    assert all(facts().torch_glibc[v] >= Version(row["glibc"]) for row in load_table("torch_python.toml")["wheel"]
+               if "glibc" in row and (v := row["version"]) in facts().torch_glibc)
+
+
 def test_wheel_glibc_floor_comes_from_its_tag_or_its_release_runner():
     assert errors(glibc="2.17", wheels=("transformer_engine_cu12-2.5.0-py3-none-manylinux_2_28_x86_64.whl",)) \
         == {"glibc-too-old"}
@@ -89,6 +99,34 @@ def test_abi_rows_agree_with_the_manylinux_tag_of_pypi_wheels():
             compared += 1
             assert row["cxx11_abi"] == (glibc >= Version("2.28")), (version, glibc)
     assert compared > 40
+
+
+def test_torch_before_1_3_is_judged():
+    assert errors(torch="1.2.0", ccs=((3, 0),)) == {"gpu-arch-not-in-torch"}  # PyPI's 1.2.0 cubins start at sm_35
+    assert errors(torch="1.2.0", ccs=((7, 5),)) == set()
+    assert errors(torch="1.0.1", ccs=((7, 5),)) == set()  # its sm_70 cubins run on 7.5
+    assert errors(torch="1.1.0", ccs=((8, 0),)) == {"gpu-arch-not-in-torch"}
+    assert errors(torch="0.4.1", torch_cuda="9.2", ccs=((8, 6),)) == {"gpu-arch-not-in-torch"}
+    assert errors(torch="1.2.0", python="3.8") == {"python-unsupported"}
+    assert errors(torch="1.2.0", driver="384.81") == {"driver-too-old"}  # PyPI's 1.2.0 is a CUDA 10.0 build
+    assert errors(torch="1.0.0", driver="384.81") == set()  # PyPI's 1.0.0 is a CUDA 9.0 build
+    for version in ("0.4.1", "1.0.0", "1.1.0", "1.2.0"):
+        assert "torch-unknown" not in {f.code for f in check(Combination(torch=version))}
+
+
+def test_a_pypi_wheel_is_judged_by_the_arches_it_was_built_for():
+    """PyPI's cu102 wheels of 1.3.1 to 1.12 start at sm_37 (the pytorch channel's packages carry sm_35 too)."""
+    assert errors(torch="1.8.1", ccs=((3, 5),)) == {"gpu-arch-not-in-torch"}
+    assert errors(torch="1.12.1+cu102", ccs=((3, 5),)) == {"gpu-arch-not-in-torch"}
+    assert errors(torch="1.8.1", ccs=((3, 7),)) == set()
+    assert errors(torch="1.8.1", torch_cuda="10.2", ccs=((3, 5),)) == set()  # may be the conda package
+    assert errors(torch="1.3.0", ccs=((3, 5),)) == set()  # 1.3.0's wheel still had sm_35
+
+
+def test_torch_1_5_extensions_need_a_cxx14_nvcc():
+    assert errors(torch="1.5.0", cuda="8.0") == {"cxx-standard-unsupported"}
+    assert errors(torch="1.4.0", cuda="8.0") == set()  # C++11 until 1.4
+    assert errors(torch="1.5.0", cuda="9.2") == set()
 
 
 def test_older_torch_builds_are_judged():
@@ -167,7 +205,7 @@ def test_flash_attn_wheel_names_round_trip(version, cuda, torch, abi, python):
 
 @settings(max_examples=examples(40), deadline=None)
 @given(low=st.integers(12, 40), high=st.integers(12, 40),
-       torch=st.sampled_from(["2.5.1", "2.6.0", "2.6.0+cu126", "2.7.0", "2.13.0"]))
+       torch=st.sampled_from(["1.2.0", "2.5.1", "2.6.0", "2.6.0+cu126", "2.7.0", "2.13.0"]))
 def test_a_newer_glibc_never_adds_an_error(low, high, torch):
     low, high = sorted((low, high))
     assert errors(torch=torch, glibc=f"2.{high}") <= errors(torch=torch, glibc=f"2.{low}")

@@ -3,11 +3,17 @@ and the hand-entered torch facts checked against them."""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
 import tomllib
+from pathlib import Path
 
+import pytest
 from packaging.version import Version
 
-from gptforge.compat import refresh
+from gptforge.compat import refresh, refresh_torch_wheels
 from gptforge.compat.facts import facts
 from gptforge.core.versions import parse_cuda
 
@@ -127,3 +133,53 @@ def test_pypi_variants_carry_the_cudnn_and_nccl_their_wheels_pin():
                     assert str(getattr(variant, key)) in pinned[key], (release, variant.cuda, key, pinned[key])
     assert compared > 20
     assert str(facts().torch["2.5"].variant(parse_cuda("12.4")).nccl) == "2.21.5"  # not in torch.toml: from the pins
+
+
+def test_measured_wheels_table_equals_the_refresh_output_of_its_recorded_input():
+    text = refresh_torch_wheels.INPUT.read_text(encoding="utf-8")
+    assert refresh_torch_wheels.OUTPUT.read_text(encoding="utf-8") == refresh_torch_wheels.table(text)
+    rows = _generated(refresh_torch_wheels.OUTPUT)["wheel"]
+    assert len(rows) > 50
+    assert all(row["source"].startswith("https://files.pythonhosted.org/") and
+               row["source"].rsplit("/", 1)[1] == row["wheel"] and row["wheel"].startswith(f"torch-{row['version']}-")
+               for row in rows)
+
+
+def test_hand_entered_pypi_cuda_is_the_cuda_of_the_measured_wheels():
+    """torch.toml's pypi_cuda of a release names the CUDA torch/version.py of each of its PyPI wheels names."""
+    compared = 0
+    for row in _generated(refresh_torch_wheels.OUTPUT)["wheel"]:
+        release = facts().torch.get(".".join(row["version"].split(".")[:2]))
+        if release is not None and release.pypi_cuda is not None and "cuda" in row:
+            compared += 1
+            assert str(release.pypi_cuda) == row["cuda"], (row["version"], release.pypi_cuda, row["cuda"])
+    assert compared > 15
+
+
+def test_the_arches_of_a_version_s_pypi_wheel_are_its_own_and_only_for_its_cuda():
+    arches, ptx = facts().wheel_arches(Version("1.2.0"), parse_cuda("10.0"))
+    assert " ".join(map(str, arches)) == "3.5 5.0 6.0 6.1 7.0 7.5" and " ".join(map(str, ptx)) == "5.0"
+    assert facts().wheel_arches(Version("1.2.0"), parse_cuda("9.2")) is None  # the cu92 build is not PyPI's wheel
+    assert facts().wheel_arches(Version("1.2.0+cu100"), parse_cuda("10.0")) == (arches, ptx)
+
+
+def _installed_nvcc() -> Path | None:
+    """The nvcc torch's cpp_extension would find: on PATH, under CUDA_HOME, or /usr/local/cuda."""
+    home = os.environ.get("CUDA_HOME")
+    for candidate in (shutil.which("nvcc"), home and Path(home, "bin", "nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+@pytest.mark.skipif(_installed_nvcc() is None, reason="no CUDA toolkit on this machine")
+def test_the_arch_table_lists_what_the_installed_nvcc_targets():
+    nvcc = str(_installed_nvcc())
+    release = re.search(r"release (\d+\.\d+)", subprocess.run([nvcc, "--version"], capture_output=True, text=True,
+                                                                check=True).stdout).group(1)
+    listed = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, check=False)
+    table = facts().targetable(parse_cuda(release))
+    if listed.returncode != 0 or table is None:
+        pytest.skip(f"nvcc {release} lists no codes, or the table has no row for it")
+    codes = {f"{int(n) // 10}.{int(n) % 10}" for n in re.findall(r"\bsm_(\d+)\b", listed.stdout)}
+    assert {str(arch) for arch in table if not arch.suffix} == codes

@@ -218,7 +218,7 @@ def test_seeds_pair_a_and_b_per_seed_on_the_data_both_runs_are_given_on_cpu(tmp_
     assert report["config_values"]["num-layers"] == 2 and report["config_values"]["accel"] == "triton"
     for run in runs.values():
         assert run["keys"][:len(report["common"])] == report["common"] and 0 < run["train_passes"]
-        assert any("data: the run reads" in note for note in run["notes"]) is (run["train_passes"] > 1)
+        assert any(note["code"] == "data-repeats" for note in run["notes"]) is (run["train_passes"] > 1)
     assert "passes over the training split" in proc.stdout
     assert loss_parity.main(["--config", "gpt2-tiny", "--both", "no-such-key=1"]) == 2
 

@@ -135,10 +135,11 @@ def test_killed_save_is_never_picked_up(tmp_path, cache):
     assert [p.name for p in checkpoint.complete_checkpoints(root)] == ["step_00000004"]
     assert (root / "latest").read_text().strip() == "step_00000004"
     # stop right after step 8
-    resumed = train(run_dir, cache, "--resume", "train-iters=8", cwd=tmp_path, in_process=True)
+    resumed = train(run_dir, cache, "--resume", "train-iters=8", "--json", cwd=tmp_path, in_process=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert not staged.exists()  # the leftover was cleaned, the step saved again in full
-    assert "resume: this key differs from the run's config.json: train-iters 12 -> 8; the run goes on" in resumed.stdout
+    changed = [n["message"] for n in json.loads(resumed.stdout)["notes"] if n["code"] == "resume-config-changed"]
+    assert len(changed) == 1 and "train-iters 12 -> 8;" in changed[0]
     assert [p.name for p in checkpoint.complete_checkpoints(root)] == ["step_00000004", "step_00000008"]
 
 
@@ -160,5 +161,5 @@ def test_a_resume_names_every_key_that_differs_from_the_runs_saved_config(tmp_pa
     (tmp_path / "config.json").write_text(json.dumps(saved))
     assert config_changes(tmp_path, dict(saved)) is None
     note = config_changes(tmp_path, {**saved, "bf16-residual": True, "lr": 3e-4, "new-key": 1})
-    assert note.startswith("resume: these keys differ from the run's config.json: bf16-residual false -> true, "
-                           "lr 0.0006 -> 0.0003; ")
+    assert (note.code, note.severity) == ("resume-config-changed", "warning")
+    assert ": bf16-residual false -> true, lr 0.0006 -> 0.0003;" in note.message  # each changed key, no new key

@@ -28,12 +28,13 @@ def test_two_process_ddp_matches_accumulation(train_data_cache, tmp_path):
     assert single.returncode == 0, single.stderr[-3000:]
     ddp = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "gptforge",
-         "train", "--run-dir", str(tmp_path / "ddp"), *SMALL, f"data-cache-dir={cache}"],
+         "train", "--run-dir", str(tmp_path / "ddp"), *SMALL, f"data-cache-dir={cache}", "--json"],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600,
     )
     assert ddp.returncode == 0, ddp.stdout[-2000:] + ddp.stderr[-3000:]
-    assert "DDP over 2 processes (gloo)" in ddp.stdout
-    assert "accumulation 1 x data-parallel 2" in ddp.stdout
+    notes = {note["code"]: note["message"] for note in json.loads(ddp.stdout)["notes"]}
+    assert "2 processes (gloo)" in notes["ddp"]
+    assert "accumulation 1 x data-parallel 2" in ddp.stderr
     a, b = losses(tmp_path / "single"), losses(tmp_path / "ddp")
     assert [x[:2] for x in a] == [x[:2] for x in b]
     for (_, _, la), (_, _, lb) in zip(a, b):

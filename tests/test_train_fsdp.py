@@ -1,7 +1,8 @@
-"""FSDP2 on CPU (gloo): the engine's state survives a DCP round trip exactly, its checkpoint index is read
-without running code, two processes reproduce one process with accumulation 2, a run killed mid-step
-resumes to the same losses bit for bit, and so does a job of two simulated nodes (two torchrun agents,
-c10d rendezvous on 127.0.0.1, as tasks/slurm_train.sbatch starts them) that loses one and is requeued."""
+"""FSDP2 on CPU (gloo): the engine's state survives a DCP round trip exactly, blocks kept whole through a step
+train as resharded ones do, its checkpoint index is read without running code, two processes reproduce one
+process with accumulation 2, a run killed mid-step resumes to the same losses bit for bit, and so does a job of
+two simulated nodes (two torchrun agents, c10d rendezvous on 127.0.0.1, as tasks/slurm_train.sbatch starts
+them) that loses one and is requeued."""
 
 from __future__ import annotations
 
@@ -94,6 +95,66 @@ def test_engine_state_round_trips_through_dcp(group, tmp_path, unit):
     assert torch.equal(engine.step(), other.step())
 
 
+def test_blocks_kept_whole_through_the_step_train_as_resharded_blocks_do(group, monkeypatch):
+    from torch.distributed.tensor import DTensor
+
+    from gptforge.train import fsdp
+    from gptforge.train.config import load_config
+
+    env, device = group
+    cfg, _ = load_config("gpt2-tiny", ["num-layers=2", "hidden-size=32", "num-attention-heads=2", "seq-length=16",
+                                       "max-position-embeddings=16", "lr-warmup-iters=1"])
+    x = torch.randint(0, 64, (4, 16))
+
+    def two_steps():
+        engine = tiny_engine(cfg, device, env, "block")
+        whole_between_micro_batches, norms = [], []
+        for _ in range(2):
+            engine.micro_step(x, x, is_last=False)
+            whole_between_micro_batches.append(not isinstance(engine.model.blocks[0].mlp.fc.weight, DTensor))
+            engine.micro_step(x, x, is_last=True)
+            norms.append(engine.step())
+        return engine, whole_between_micro_batches, norms
+
+    resharded, whole, norms = two_steps()
+    assert whole == [False, False]
+    monkeypatch.setattr(fsdp, "KEEP_WHOLE_BLOCKS", True)
+    kept, kept_whole, kept_norms = two_steps()
+    assert kept_whole == [True, True]
+    assert torch.equal(torch.stack(norms), torch.stack(kept_norms))
+    for (name, a), (_, b) in zip(resharded.model.named_parameters(), kept.model.named_parameters()):
+        assert torch.equal(a.full_tensor(), b.full_tensor()), name
+
+
+def test_compiled_blocks_share_one_graph_and_leave_the_engines_hooks_outside_it():
+    """An engine's hook on a block that torch.compile cannot trace (ZeRO-3's, which read each module's id and
+    gather its weights) would break the block's graph and be compiled on its own for every block;
+    compile_blocks keeps the hooks out of what it compiles."""
+    from torch._dynamo.utils import counters
+
+    from gptforge.model import GPT, ModelConfig
+    from gptforge.train.engine import compile_blocks
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = GPT(ModelConfig(4, 32, 2, 16, 64))
+    seen = []
+
+    def untraceable_hook(module, args):
+        torch._dynamo.graph_break()
+        seen.append(module.hook_id)
+
+    for i, block in enumerate(model.blocks):
+        block.hook_id = i
+        block.register_forward_pre_hook(untraceable_hook)
+    compile_blocks(model, {"backend": "aot_eager"})
+    x = torch.randint(0, 64, (2, 16))
+    for _ in range(2):
+        model(x, x)[1].backward()
+    assert seen == [0, 1, 2, 3] * 2
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+
+
 class RunsCode:
     def __reduce__(self):
         return (os.system, ("true",))
@@ -124,9 +185,10 @@ def test_two_process_fsdp_matches_accumulation_and_resumes_exactly(tmp_path_fact
     single = run_cli("train", "--run-dir", str(tmp_path / "single"), *SMALL, f"data-cache-dir={cache}",
                      cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
     assert single.returncode == 0, single.stderr[-3000:]
-    ref = torchrun(tmp_path / "ref", cache, unit, cwd=tmp_path)
+    ref = torchrun(tmp_path / "ref", cache, unit, "--json", cwd=tmp_path)
     assert ref.returncode == 0, ref.stdout[-2000:] + ref.stderr[-3000:]
-    assert "FSDP2 over 2 processes (cpu)" in ref.stdout and "accumulation 2 x data-parallel 2" in ref.stdout
+    notes = {note["code"]: note["message"] for note in json.loads(ref.stdout)["notes"]}
+    assert "2 processes (cpu)" in notes["fsdp"] and "accumulation 2 x data-parallel 2" in ref.stderr
     a, b = losses(tmp_path / "single"), losses(tmp_path / "ref")
     assert [x[:2] for x in a] == [x[:2] for x in b]
     for (_, _, la), (_, _, lb) in zip(a, b):

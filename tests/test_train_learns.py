@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -38,18 +39,19 @@ def test_tiny_config_learns_the_embedded_corpus(tiny_run):
 
 
 def test_run_leaves_logs_plot_and_checkpoint(tiny_run):
-    run_dir, summary, log = tiny_run
+    run_dir, summary, _ = tiny_run
     record = read_records(run_dir / "metrics.jsonl", "train")[-1]
     assert {"loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "mfu", "mem_gib"} <= set(record)
     assert record["tokens_per_s"] > 0 and record["mfu"] is None  # CPU: no peak, says so
-    assert "MFU not reported" in log and "precision: fp32" in log
+    notes = {note["code"]: note["message"] for note in summary["notes"]}
+    assert "mfu-not-reported" in notes and "fp32" in notes["precision"]
     assert (run_dir / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert (run_dir / "checkpoints" / "step_00000200" / "trainer.pt").is_file()
     assert (run_dir / "config.json").is_file() and (run_dir / "tokenizer").is_dir()
     assert summary["plot"] == str(run_dir / "loss.png")
     assert 0 < summary["train_passes"] < 1  # 200 steps of 16 samples read a quarter of the corpus' training split
-    assert not any("reads the training split" in note for note in summary["notes"])
+    assert "data-repeats" not in notes
 
 
 def test_a_run_that_repeats_its_data_says_its_training_loss_is_not_held_out():
@@ -59,7 +61,7 @@ def test_a_run_that_repeats_its_data_says_its_training_loss_is_not_held_out():
 
     assert repeat_note(SimpleNamespace(passes=1.0)) is None and repeat_note(object()) is None
     note = repeat_note(SimpleNamespace(passes=10.24))
-    assert note.startswith("data: the run reads the training split 10.2 times") and "not a held-out loss" in note
+    assert note.code == "data-repeats" and " 10.2 " in note.message
 
 
 def test_sample_from_the_trained_run(tiny_run):
@@ -76,3 +78,13 @@ def test_sample_without_a_checkpoint_is_one_line(tmp_path):
     proc = run_main("sample", "--checkpoint", str(tmp_path), "--prompt", "x")
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1
     assert "no complete checkpoint" in proc.stderr
+
+
+def test_every_note_code_is_documented():
+    """Note codes are an API: each code the trainer and the speed package write has a row in docs/train.md."""
+    from conftest import documented_codes, emitted_codes
+
+    repo = Path(__file__).resolve().parents[1]
+    emitted = emitted_codes(repo / "src/gptforge/train") | emitted_codes(repo / "src/gptforge/accel")
+    assert {"precision", "resume-config-changed", "loss-triton-kernel"} <= emitted
+    assert emitted == documented_codes(repo / "docs/train.md", "Startup notes (stable codes)")

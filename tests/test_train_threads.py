@@ -28,14 +28,14 @@ def test_a_cpu_run_takes_the_idle_cores(monkeypatch, threads_restored):
     monkeypatch.setattr(cpu_threads.os, "getloadavg", lambda: (float(cores), 0.0, 0.0))  # every core busy
     note = cpu_threads.use_idle_cores(torch.device("cpu"), env={})
     assert torch.get_num_threads() == 1
-    assert note.startswith(f"CPU threads: 1 of {cores} cores")
+    assert note.code == "cpu-threads" and f"1 of {cores}" in note.message
 
 
 def test_the_users_setting_wins(monkeypatch, threads_restored):
     torch.set_num_threads(1)
     monkeypatch.setattr(cpu_threads.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     note = cpu_threads.use_idle_cores(torch.device("cpu"), env={"OMP_NUM_THREADS": "1"})
-    assert torch.get_num_threads() == 1 and note == "CPU threads: 1 (OMP_NUM_THREADS)"
+    assert torch.get_num_threads() == 1 and note.code == "cpu-threads" and "(OMP_NUM_THREADS)" in note.message
 
 
 def test_a_gpu_run_is_left_alone(threads_restored):

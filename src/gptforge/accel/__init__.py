@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gptforge.core.findings import Finding, Severity
 from gptforge.errors import UsageError
 
 
@@ -30,7 +31,7 @@ class Plan:
     compile_options: dict = field(default_factory=dict)  # torch.compile's keyword arguments
     cuda_graphs: bool = False  # the compiled step runs as CUDA graphs
     fused_optimizer: bool = False  # torch AdamW's fused CUDA kernel (else its foreach path)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
 
 
 def check(choice: str, device: torch.device, precision: str, dropout: float) -> None:
@@ -54,7 +55,8 @@ def accelerate(model: torch.nn.Module, choice: str, device: torch.device, precis
 
         kernel = use_kernel()  # under hopper it computes the loss of evaluations: training's is quack's (below)
         if choice != "hopper":
-            plan.notes.append("loss: the Triton cross-entropy kernel" if kernel else "loss: torch ops (no Triton)")
+            plan.notes.append(Finding("loss-triton-kernel", Severity.INFO, "loss: the Triton cross-entropy kernel") if kernel
+                              else Finding("loss-torch-ops", Severity.WARNING, "loss: torch ops (no Triton)"))
     if choice == "hopper":
         from gptforge.accel.hopper import use_hopper
 
@@ -64,10 +66,12 @@ def accelerate(model: torch.nn.Module, choice: str, device: torch.device, precis
     elif choice == "te-fp8":
         from gptforge.accel.te import use_te_fp8
 
-        plan.notes.append(f"TransformerEngine: {use_te_fp8(model)} Linear layers in FP8 (HYBRID, delayed scaling)")
+        plan.notes.append(Finding("accel-te-fp8", Severity.INFO,
+                                  f"TransformerEngine: {use_te_fp8(model)} Linear layers in FP8 (HYBRID, delayed scaling)"))
     elif device.type == "cuda":
         from gptforge.accel.hopper import WHERE_HOPPER_IS, sm90
 
         if sm90(device):
-            plan.notes.append(f"an sm_90 GPU: accel=hopper (the gpt2-124m-hopper config) trains faster; {WHERE_HOPPER_IS}")
+            plan.notes.append(Finding("accel-hopper-suggested", Severity.INFO,
+                                      f"an sm_90 GPU: accel=hopper (the gpt2-124m-hopper config) trains faster; {WHERE_HOPPER_IS}"))
     return plan

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from gptforge.core.findings import Finding, Severity
 from gptforge.core.installed import dsl_directory, import_error, outside_site_packages
 from gptforge.errors import UsageError
 
@@ -44,7 +45,7 @@ def te_blocker(device: torch.device) -> str | None:
     return None
 
 
-def use_hopper(model: torch.nn.Module, cuda_graphs: bool) -> tuple[dict, list[str]]:
+def use_hopper(model: torch.nn.Module, cuda_graphs: bool) -> tuple[dict, list[Finding]]:
     """Swap MODEL's attention, MLPs and loss for the hopper set's; (torch.compile's options, the notes)."""
     from torch._inductor import list_mode_options
 
@@ -59,12 +60,14 @@ def use_hopper(model: torch.nn.Module, cuda_graphs: bool) -> tuple[dict, list[st
     for block in model.blocks:
         block.attn, block.mlp = FlashAttention(block.attn), EpilogueMLP(block.mlp)
     model.loss = EpilogueLoss(model.loss.chunk)
-    notes = ["accel=hopper: attention from cuDNN's forward and FlashAttention 4's backward, the qkv bias gradient "
-             "from its weight-gradient GEMM, quack's GEMM epilogues in the MLP and the loss (its softmax over the "
-             f"padded vocabulary), CUDA graphs, {NORM_ROWS}-row LayerNorm-backward partials"]
+    notes = [Finding("accel-hopper", Severity.INFO, "accel=hopper: attention from cuDNN's forward and FlashAttention 4's "
+                     "backward, the qkv bias gradient from its weight-gradient GEMM, quack's GEMM epilogues in the MLP "
+                     f"and the loss (its softmax over the padded vocabulary), CUDA graphs, {NORM_ROWS}-row "
+                     "LayerNorm-backward partials")]
     if not cuda_graphs:
-        notes.append("accel=hopper runs without CUDA graphs here (compile=false, DeepSpeed or FSDP): its kernels "
-                     "pay inside the compiled step's CUDA graphs, so this step is slower than with accel=triton")
+        notes.append(Finding("accel-hopper-without-cuda-graphs", Severity.WARNING, "accel=hopper runs without CUDA "
+                             "graphs here (compile=false, DeepSpeed or FSDP): its kernels pay inside the compiled step's "
+                             "CUDA graphs, so this step is slower than with accel=triton"))
     graphs = list_mode_options("reduce-overhead" if cuda_graphs else "default")  # default: no CUDA graphs
     options = {**graphs, "triton.mix_order_reduction_split_size": NORM_ROWS}
     return {"options": options}, notes

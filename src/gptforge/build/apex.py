@@ -18,6 +18,7 @@ from gptforge.build.flags import CORE_FLAGS, select_flags
 from gptforge.build.runner import run_logged
 from gptforge.build.source import COMMIT_RE, ApexSource, apex_pin, clone, local_source
 from gptforge.build.toolchain import Toolchain
+from gptforge.core.findings import Finding, Severity
 from gptforge.build.wheels import cached_wheel
 from gptforge.core.versions import parse_cc
 from gptforge.errors import GptforgeError, UsageError
@@ -76,7 +77,7 @@ class ApexPlan:
     cache_key: str
     key_inputs: dict
     expected_extensions: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -177,19 +178,22 @@ def plan_apex(req: ApexRequest, tc: Toolchain) -> tuple[ApexPlan, ApexSource | N
         env["APEX_ALL_CONTRIB_EXT"] = "1"
     if req.extensions:
         env[SUBSET_ENV] = ",".join(req.extensions)
-        notes.append(f"only {', '.join(req.extensions)}: setup.py runs under a filter in the private build copy")
+        notes.append(Finding("apex-extension-subset", Severity.INFO,
+                             f"only {', '.join(req.extensions)}: setup.py runs under a filter in the private build copy"))
     expected = list(req.extensions) or ([] if req.all_contrib else list(pin["core_extensions"]))
     cores, free_gib = jobs.machine_capacity()
     par = jobs.plan_parallelism(req.jobs or jobs.budget(cores, free_gib),
                                 (len(expected) or len(pin["core_extensions"])) if parallel_ok else 1, len(arch.split(";")))
     env.update(job_env(par, parallel_ok), TORCH_CUDA_ARCH_LIST=arch)
     if not parallel_ok:
-        notes.append("this apex builds its extensions one after another (no APEX_PARALLEL_BUILD)")
+        notes.append(Finding("apex-serial-build", Severity.INFO,
+                             "this apex builds its extensions one after another (no APEX_PARALLEL_BUILD)"))
     if tc.cuda_home:
         env["CUDA_HOME"] = tc.cuda_home
     inherited = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if inherited and not req.arch and inherited != arch:
-        notes.append(f"TORCH_CUDA_ARCH_LIST={inherited} from the environment is replaced; pass --arch to choose")
+        notes.append(Finding("arch-list-env-replaced", Severity.WARNING,
+                             f"TORCH_CUDA_ARCH_LIST={inherited} from the environment is replaced; pass --arch to choose"))
     key_inputs = {
         "package": "apex", "source": source_id, "torch": tc.torch_version, "torch_cuda": tc.torch_cuda,
         "python": tc.python_tag, "arch_list": arch, "flags": sorted(CORE_FLAGS) + (["all_contrib"] if req.all_contrib else []),
@@ -242,5 +246,5 @@ def plan_text(plan: ApexPlan) -> str:
     ]
     if plan.expected_extensions:
         lines.append(f"extensions:    {', '.join(plan.expected_extensions)}")
-    lines += [f"note:          {n}" for n in plan.notes]
+    lines += [f"note:          {n.message}" for n in plan.notes]
     return "\n".join(lines)

@@ -26,6 +26,7 @@ from gptforge.build.runner import run_logged
 from gptforge.build.source import deepspeed_pin
 from gptforge.build.toolchain import Toolchain
 from gptforge.build.wheels import cached_wheel
+from gptforge.core.findings import Finding, Severity
 from gptforge.errors import GptforgeError, UsageError
 
 SDIST_VERSION = re.compile(r"deepspeed-(\d+\.\d+\.\d+[\w.]*)\.(?:tar\.gz|zip)$")
@@ -44,7 +45,7 @@ class DeepSpeedPlan:
     cache_dir: str
     cache_key: str
     key_inputs: dict
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -127,8 +128,8 @@ def plan_deepspeed(ops: list[str], tc: Toolchain, *, source: DeepSpeedSource, ar
     notes = []
     inherited = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if inherited and inherited != arch_list and not arch:
-        notes.append(f"TORCH_CUDA_ARCH_LIST={inherited} from the environment is replaced by {arch_list} "
-                     "(DeepSpeed cannot parse 'a'/'f' suffixes)")
+        notes.append(Finding("arch-list-env-replaced", Severity.WARNING, f"TORCH_CUDA_ARCH_LIST={inherited} from the "
+                             f"environment is replaced by {arch_list} (DeepSpeed cannot parse 'a'/'f' suffixes)"))
     key_inputs = {"package": "deepspeed", "source": source.source_id, "torch": tc.torch_version, "torch_cuda": tc.torch_cuda,
                   "python": tc.python_tag, "arch_list": arch_list, "ops": ops}
     if any(op.startswith("cpu_") for op in ops):
@@ -163,4 +164,4 @@ def plan_text(plan: DeepSpeedPlan) -> str:
              "command:    " + " ".join(shlex.quote(a) for a in plan.pip_command),
              f"cache:      {plan.cache_dir}/{plan.cache_key}",
              f"cache key of: {plan.key_inputs}"]
-    return "\n".join(lines + [f"note:       {n}" for n in plan.notes])
+    return "\n".join(lines + [f"note:       {n.message}" for n in plan.notes])

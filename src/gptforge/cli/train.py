@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from gptforge.errors import GptforgeError, UsageError
@@ -39,7 +40,7 @@ def register(subparsers, groups) -> None:
     p.add_argument("--fsdp", action="store_true", help="shard parameters, gradients and optimizer state over the "
                    "processes with PyTorch FSDP2; launch with torchrun")
     p.add_argument("--fsdp-unit", choices=("block", "model"), help="with --fsdp: block (default; each block gathered "
-                   "when needed, the least memory) or model (gathered once per micro batch, fewest collectives)")
+                   "when needed, the least memory) or model (gathered once per step, fewest collectives)")
     p.add_argument("--json", action="store_true", help="logs to stderr, a JSON summary to stdout")
     p.add_argument("--list-configs", action="store_true", help="print the packaged configs and exit")
     p.add_argument("--list-keys", action="store_true", help="print every config key with its value in --config (and the overrides) and what it means, then exit")
@@ -101,7 +102,7 @@ def run_train(args) -> int:
     if result.metrics is None:
         return code
     if args.json:
-        json.dump({k: (str(v) if isinstance(v, Path) else v) for k, v in vars(result).items()}, sys.stdout, indent=2)
+        json.dump(asdict(result), sys.stdout, indent=2, default=str)  # paths as text, notes as their fields
         sys.stdout.write("\n")
         return code
     if result.stopped_at is not None:

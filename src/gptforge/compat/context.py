@@ -13,7 +13,7 @@ from packaging.version import Version
 
 from gptforge.compat.arches import CC, Arch, parse_arch, parse_arch_list
 from gptforge.compat.combination import Combination
-from gptforge.compat.facts import Facts, TorchRelease, TorchVariant
+from gptforge.compat.facts import ArchList, Facts, TorchRelease, TorchVariant
 from gptforge.compat.host_libs import parse_glibc, parse_glibcxx
 from gptforge.compat.wheels import PROJECT_FIELDS, WheelBuild, read_wheel
 from gptforge.compat.findings import Finding, Severity
@@ -107,8 +107,19 @@ def _torch_arches(ctx: Context) -> None:
             if item.endswith("+PTX"):
                 ptx.append(arch)
         ctx.torch_arches, ctx.torch_ptx = tuple(sass), tuple(ptx)
+    elif wheel := _wheel_arches(ctx):
+        ctx.torch_arches, ctx.torch_ptx = wheel
     elif ctx.torch_variant and ctx.torch_variant.arches is not None:
         ctx.torch_arches, ctx.torch_ptx = ctx.torch_variant.arches, ctx.torch_variant.ptx
+
+
+def _wheel_arches(ctx: Context) -> ArchList | None:
+    """The arch list read from this version's PyPI wheel, where the torch is that wheel: an untagged version taken
+    from PyPI, or a +cuXYZ build of the wheel's CUDA. A version given with only its CUDA may as well be the pytorch
+    channel's conda package, whose list differs (the cu102 packages of 1.7 to 1.12 carry sm_35, the wheels not)."""
+    if ctx.torch is None or ctx.torch_cuda is None or not (ctx.pypi_default or ctx.torch.cuda is not None):
+        return None
+    return ctx.facts.wheel_arches(ctx.torch.version, ctx.torch_cuda)
 
 
 def _arch_list_env(value: str | None, facts: Facts) -> str | None:

@@ -17,6 +17,9 @@ from gptforge.compat.arches import Arch, parse_arch
 from gptforge.core.versions import CudaVersion, DriverVersion, parse_cuda, parse_driver
 
 
+ArchList = tuple[tuple[Arch, ...], tuple[Arch, ...]]  # (every arch of a build, the arches it carries PTX for too)
+
+
 def load_table(name: str) -> dict:
     text = resources.files("gptforge.compat").joinpath("data", name).read_text(encoding="utf-8")
     return tomllib.loads(text)
@@ -133,8 +136,11 @@ class Facts:
     cudnn: tuple[CudnnRow, ...] = ()
     extensions: dict = field(default_factory=dict)
     torch_python: dict[str, tuple[Version, ...]] = field(default_factory=dict)
-    torch_glibc: dict[str, Version] = field(default_factory=dict)  # torch version -> its PyPI wheels' glibc floor
+    # torch version -> its PyPI wheels' glibc floor: their manylinux tag, or what their objects need where that is newer
+    torch_glibc: dict[str, Version] = field(default_factory=dict)
     pypi_cuda: dict[str, CudaVersion] = field(default_factory=dict)  # torch version -> the CUDA of its PyPI wheel
+    # torch version -> (every arch, the arches with PTX) of its PyPI wheel, read from the wheel
+    pypi_arches: dict[str, ArchList] = field(default_factory=dict)
 
     # --- drivers -------------------------------------------------------------------------
 
@@ -181,6 +187,13 @@ class Facts:
             found = release.pypi_cuda
         return found
 
+    def wheel_arches(self, torch_version: Version, cuda: CudaVersion) -> ArchList | None:
+        """The arches (and those with PTX) of this exact version's PyPI wheel, when that wheel is for this CUDA."""
+        wheel_cuda = self.pypi_cuda.get(torch_version.public)
+        if wheel_cuda is None or _cuda_key(wheel_cuda) != _cuda_key(cuda):
+            return None
+        return self.pypi_arches.get(torch_version.public)
+
     def python_tags(self, torch_version: Version) -> tuple[Version, ...] | None:
         """The Pythons PyPI has linux x86_64 wheels of this exact torch version for (None: not recorded)."""
         return self.torch_python.get(torch_version.base_version)
@@ -224,13 +237,18 @@ def _load_arches(facts: Facts) -> None:
             facts.arches[_cuda_key(parse_cuda(cuda))] = arches
 
 
+def _arch_items(text: str) -> ArchList:
+    """"3.5 5.0+PTX 7.5" -> (every arch, the arches that carry PTX too)."""
+    items = text.split()
+    return (tuple(parse_arch(a.removesuffix("+PTX")) for a in items),
+            tuple(parse_arch(a.removesuffix("+PTX")) for a in items if a.endswith("+PTX")))
+
+
 def _variant(row: dict, release_source: str) -> TorchVariant:
     arches: tuple[Arch, ...] | None = None
     ptx: tuple[Arch, ...] = ()
     if "arches" in row:
-        items = row["arches"].split()
-        arches = tuple(parse_arch(a.removesuffix("+PTX")) for a in items)
-        ptx = tuple(parse_arch(a.removesuffix("+PTX")) for a in items if a.endswith("+PTX"))
+        arches, ptx = _arch_items(row["arches"])
     python = tuple(Version(p) for p in row["python"]) if "python" in row else None
     return TorchVariant(
         cuda=parse_cuda(row["cuda"]),
@@ -262,6 +280,7 @@ def _load_torch(facts: Facts) -> None:
     python = load_table("torch_python.toml")
     facts.torch_python = {row["version"]: tuple(Version(p) for p in row["python"]) for row in python["wheel"]}
     facts.torch_glibc = {row["version"]: Version(row["glibc"]) for row in python["wheel"] if "glibc" in row}
+    _load_measured_wheels(facts)
 
 
 def _pypi_pins(facts: Facts) -> dict[tuple[str, str], dict[str, set[str]]]:
@@ -284,6 +303,18 @@ def _with_pins(variant: TorchVariant, pins: dict[str, set[str]] | None) -> Torch
     filled = {key: Version(next(iter(pins[key]))) for key in ("cudnn", "nccl")
               if getattr(variant, key) is None and len(pins[key]) == 1}
     return replace(variant, **filled) if filled else variant
+
+
+def _load_measured_wheels(facts: Facts) -> None:
+    """What each version's PyPI wheel holds (torch_pypi_wheels.toml): its arches, its CUDA where
+    torch_pypi_builds.toml has none, and the glibc its libraries need where that is above its tag's."""
+    for row in load_table("torch_pypi_wheels.toml")["wheel"]:
+        if "glibc" in row and (tagged := facts.torch_glibc.get(row["version"])) is not None:
+            facts.torch_glibc[row["version"]] = max(tagged, Version(row["glibc"]))
+        if "cuda" in row:
+            facts.pypi_cuda.setdefault(row["version"], parse_cuda(row["cuda"]))
+        if "arches" in row:
+            facts.pypi_arches[row["version"]] = _arch_items(row["arches"])
 
 
 def _cpp_extensions(rows: list[dict]) -> dict[str, CppExtension]:

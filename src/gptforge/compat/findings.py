@@ -1,46 +1,18 @@
-"""What the compatibility rules say about a combination: findings with stable codes, as JSON or as a
-table for people (compat check, doctor).
-
-Finding codes are a public API (tests, docs and users' scripts match on them): never rename one.
+"""What the compatibility rules say about a combination: findings with stable codes (core/findings.py), as JSON
+or as a table for people (compat check, doctor).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
-from enum import Enum
 from typing import TYPE_CHECKING
+
+from gptforge.core.findings import Finding, Severity
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-
-class Severity(str, Enum):
-    ERROR = "error"
-    WARNING = "warning"
-    INFO = "info"
-
-
-_RANK = {severity: rank for rank, severity in enumerate(Severity)}
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
-
-
-@dataclass(frozen=True)
-class Finding:
-    code: str
-    severity: Severity
-    message: str
-    fix: str = ""
-
-    def to_json(self) -> dict:
-        data = asdict(self)
-        data["severity"] = self.severity.value
-        return data
-
-    @property
-    def rank(self) -> int:
-        """0 for an error, 1 for a warning, 2 for info: sort by it to list errors first."""
-        return _RANK[self.severity]
 
 
 def no_data(what: str, fix: str = "") -> Finding:

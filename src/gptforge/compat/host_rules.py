@@ -36,7 +36,8 @@ def _te_release(version: Version) -> dict | None:
 
 
 def _torch_glibc(ctx: Context) -> Version | None:
-    """The glibc floor of the torch wheel: its PyPI wheels' manylinux tag, or that of its build's ABI row."""
+    """The glibc floor of the torch wheel: its build's ABI row, or what its PyPI wheels need (their manylinux tag, or
+    the newest GLIBC_ version their shared objects need where that is newer)."""
     if ctx.torch is None or is_source_build(ctx.torch):
         return None
     if ctx.torch_variant is not None and ctx.torch_variant.channel != "pypi":
@@ -73,7 +74,7 @@ def _flash_attn_glibc(ctx: Context) -> tuple[Version, str] | None:
 def _needs(ctx: Context) -> Iterator[tuple[str, Version, str]]:
     """(what, glibc floor, why) for each published binary of the combination."""
     if floor := _torch_glibc(ctx):
-        yield f"torch {ctx.torch}", floor, "its wheels' manylinux tag"
+        yield f"torch {ctx.torch}", floor, "its wheels' manylinux tag, or the GLIBC_ versions their libraries need"
     for build in ctx.wheels:
         if found := _wheel_glibc(build):
             yield build.origin, *found

@@ -12,6 +12,8 @@ flash_attn_wheels.toml and te_wheels.toml: see compat/refresh_extensions.py.
 torch_pypi_builds.toml: for each torch version, the CUDA runtime, cuDNN and NCCL its linux x86_64
 wheel on PyPI pins (the nvidia-* Requires-Dist of the wheel's own METADATA, served per PEP 658),
 recorded in refresh_inputs/pypi-torch-requires.txt.
+torch_pypi_wheels.toml: for each torch version, what its linux x86_64 wheel on PyPI holds (glibc floor of its
+objects, CUDA, arches): see compat/refresh_torch_wheels.py.
 Every row names where it came from.
 """
 
@@ -30,7 +32,7 @@ from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from gptforge.compat import refresh_extensions
+from gptforge.compat import refresh_extensions, refresh_torch_wheels
 from gptforge.compat.arches import arch_list_items, parse_arch
 from gptforge.compat.host_libs import manylinux_glibc
 from gptforge.storage import write_atomic
@@ -219,7 +221,12 @@ def fetch_requires(files: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gptforge.compat.refresh", description=__doc__.splitlines()[0])
     parser.add_argument("--fetch", action="store_true", help=f"record {SIMPLE_URL} anew before rebuilding")
+    parser.add_argument("--measure", action="store_true",
+                        help="download one linux x86_64 wheel per torch version and record what it holds (slow)")
     args = parser.parse_args(argv)
+    if args.measure:
+        wheels = _linux_wheels_per_version(fetch_files())
+        refresh_torch_wheels.measure_all(wheels, lambda text: _write(refresh_torch_wheels.INPUT, text))
     if args.fetch:
         files = fetch_files()
         requires = fetch_requires(files)
@@ -229,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     _write(OUTPUT, python_table(recorded_filenames()))
     _write(CONDA_OUTPUT, conda_builds_table(CONDA_INPUT.read_text(encoding="utf-8")))
     _write(REQUIRES_OUTPUT, pypi_builds_table(REQUIRES_INPUT.read_text(encoding="utf-8")))
+    measured = refresh_torch_wheels.INPUT.read_text(encoding="utf-8")
+    _write(refresh_torch_wheels.OUTPUT, refresh_torch_wheels.table(measured))
     for output, make, source in ((refresh_extensions.FLASH_OUTPUT, refresh_extensions.flash_attn_table,
                                   refresh_extensions.FLASH_INPUT),
                                  (refresh_extensions.TE_OUTPUT, refresh_extensions.te_table, refresh_extensions.TE_INPUT)):

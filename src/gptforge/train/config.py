@@ -102,7 +102,6 @@ class TrainConfig:
     weight_decay: float
     adam_beta1: float
     adam_beta2: float
-    adam_eps: float
     clip_grad: float
     # batch and length
     micro_batch_size: int
@@ -271,7 +270,7 @@ def validate(cfg: TrainConfig, world_size: int = 1) -> None:
     for attr in positive:
         if getattr(cfg, attr) <= 0:
             raise UsageError(key_name(attr), f"must be positive, got {getattr(cfg, attr)}", "set a value > 0")
-    non_negative = ("min_lr", "lr_warmup_iters", "lr_decay_iters", "weight_decay", "adam_eps", "clip_grad")
+    non_negative = ("min_lr", "lr_warmup_iters", "lr_decay_iters", "weight_decay", "clip_grad")
     for attr in non_negative:
         if getattr(cfg, attr) < 0:
             raise UsageError(key_name(attr), f"must be >= 0, got {getattr(cfg, attr)}", "set a value >= 0")

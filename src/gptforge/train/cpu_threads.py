@@ -14,6 +14,8 @@ import os
 
 import torch
 
+from gptforge.core.findings import Finding, Severity
+
 USER_SETTINGS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -21,13 +23,14 @@ def idle_cores(cores: int, load: float) -> int:
     return max(1, min(cores, cores - round(load)))
 
 
-def use_idle_cores(device: torch.device, env=os.environ) -> str | None:
+def use_idle_cores(device: torch.device, env=os.environ) -> Finding | None:
     """Set torch's thread count for a run on DEVICE when it is the CPU; the note for the run's log says which."""
     if device.type != "cpu":
         return None
     if setting := next((name for name in USER_SETTINGS if env.get(name)), None):
-        return f"CPU threads: {torch.get_num_threads()} ({setting})"
+        return Finding("cpu-threads", Severity.INFO, f"CPU threads: {torch.get_num_threads()} ({setting})")
     cores = len(os.sched_getaffinity(0))
     threads = idle_cores(cores, os.getloadavg()[0])
     torch.set_num_threads(threads)
-    return f"CPU threads: {threads} of {cores} cores, the idle ones (OMP_NUM_THREADS=N sets the count)"
+    return Finding("cpu-threads", Severity.INFO,
+                   f"CPU threads: {threads} of {cores} cores, the idle ones (OMP_NUM_THREADS=N sets the count)")

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gptforge.core.findings import Finding, Severity
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.paths import not_a_file
 from gptforge.storage import publish_dir
@@ -163,14 +164,14 @@ def load(cfg: TrainConfig, env, status, check_vocab) -> DataSetup:
     return build(cfg, default_paths, spec, vocab_size)
 
 
-def repeat_note(train) -> str | None:
+def repeat_note(train) -> Finding | None:
     """A note when the run reads its training split more than once: past the first pass its training loss
     is measured on samples the model has already fitted, so only the validation loss is held out."""
     passes = getattr(train, "passes", 1.0)
     if passes <= 1.0:
         return None
-    return (f"data: the run reads the training split {passes:.1f} times; past the first pass the training loss is "
-            "not a held-out loss (the validation loss is)")
+    return Finding("data-repeats", Severity.INFO, f"data: the run reads the training split {passes:.1f} times; past "
+                   "the first pass the training loss is not a held-out loss (the validation loss is)")
 
 
 def batch(dataset, start: int, count: int, device: torch.device, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:

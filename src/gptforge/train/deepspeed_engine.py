@@ -11,12 +11,20 @@ from pathlib import Path
 
 import torch
 
+from gptforge.core.findings import Finding, Severity
 from gptforge.errors import FileReadError, GptforgeError, UsageError
 from gptforge.reading import read_json
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
 from gptforge.train.engine import compile_blocks
 from gptforge.train.optim import build_scheduler, param_groups
+
+# ZeRO-1/2 without DeepCompile: the whole module compiled under the engine, one graph as under DDP, rather than
+# each block on its own (whose gradients, and so their reductions, are ready as soon as the block's backward ends)
+COMPILE_WHOLE_MODULE = False
+# ZeRO-3 without DeepCompile: each block made a ZeRO-3 leaf module (its weights gathered at once, hooks on the
+# block alone) and compiled on its own, the hooks outside its graph; else the step runs eager
+COMPILE_ZERO3_BLOCKS = False
 
 
 def deepspeed_safe_globals() -> list:
@@ -78,6 +86,9 @@ def read_deepspeed_config(path: str, cfg: TrainConfig, world_size: int) -> dict:
     ds.setdefault("gradient_clipping", cfg.clip_grad)
     ds.setdefault("zero_allow_untested_optimizer", True)  # our torch AdamW under ZeRO
     ds.setdefault("steps_per_print", 10**9)  # the trainer logs; keep DeepSpeed quiet
+    # DeepSpeed's throughput timer waits for the device at every forward and step() (each micro batch here), which
+    # stops the host from queueing ahead; the trainer times steps on the device's own clock
+    ds.setdefault("timers", {"throughput": {"enabled": False}})
     if ds.get("bf16", {}).get("enabled") and ds.get("fp16", {}).get("enabled"):
         raise UsageError("--deepspeed", "both bf16 and fp16 are enabled", "enable one")
     return ds
@@ -87,18 +98,28 @@ class DeepSpeedEngine:
     def __init__(self, raw_model, optimizer, cfg: TrainConfig, ds_config: dict, compile_options: dict | None = None):
         """COMPILE_OPTIONS: torch.compile's arguments; None: eager. Where the DeepSpeed config turns DeepCompile on,
         the whole module is compiled under the engine (its passes place ZeRO's collectives in the graph); else
-        under ZeRO-1/2 each block is compiled on its own before the engine wraps the model, and under ZeRO-3 the
-        step stays eager: its hooks swap each layer's weights in and out, and every block recompiles until
-        torch.compile's recompile limit sends it back to eager anyway."""
+        under ZeRO-1/2 each block is compiled on its own before the engine wraps the model (or the whole module
+        under the engine, with COMPILE_WHOLE_MODULE), and under ZeRO-3 the step stays eager (its hooks on every
+        layer inside a block would be traced into the block's graph and recompile it for each layer), unless
+        COMPILE_ZERO3_BLOCKS makes each block one leaf module, hooked as a whole, and compiles it."""
         import deepspeed
 
         deep = bool(ds_config.get("compile", {}).get("deepcompile"))
         stage = ds_config.get("zero_optimization", {}).get("stage", 0)
-        self.compile_note = "torch.compile: off (compile=false)"
-        if compile_options is not None and not deep:
-            self.compile_note = (compile_blocks(raw_model, compile_options) if stage < 3 else
-                                 'torch.compile: off under ZeRO-3 without DeepCompile (its parameter gathering '
-                                 'recompiles every block); "compile": {"deepcompile": true} in the DeepSpeed config compiles it')
+        whole = compile_options is not None and (deep or (COMPILE_WHOLE_MODULE and stage < 3))
+        self.compile_note = Finding("compile-off", Severity.INFO, "torch.compile: off (compile=false)")
+        if compile_options is not None and not whole:
+            if stage < 3 or COMPILE_ZERO3_BLOCKS:
+                if stage == 3:  # each block gathered whole, hooked as one module: no hook inside its graph
+                    from deepspeed.utils import set_z3_leaf_modules
+
+                    set_z3_leaf_modules(raw_model, [type(raw_model.blocks[0])])
+                self.compile_note = compile_blocks(raw_model, compile_options)
+            else:
+                self.compile_note = Finding(
+                    "compile-off-zero3", Severity.WARNING, "torch.compile: off under ZeRO-3 without DeepCompile (its "
+                    "hooks on every layer would break each block's graph); \"compile\": {\"deepcompile\": true} in the "
+                    "DeepSpeed config compiles it")
 
         self.raw_model = raw_model
         self.ds_config = ds_config
@@ -110,13 +131,19 @@ class DeepSpeedEngine:
         )
         self.zero_stage = stage
         self.precision_name = "bf16" if ds_config.get("bf16", {}).get("enabled") else "fp16" if ds_config.get("fp16", {}).get("enabled") else "fp32"
-        if compile_options is not None and deep:
+        if whole:
             self.engine.compile(compile_kwargs=compile_options)
-            self.compile_note = "torch.compile: on, the whole module under the engine with DeepCompile (first steps include compilation)"
+            self.compile_note = (Finding("compile-deepcompile", Severity.INFO, "torch.compile: on, the whole module "
+                                         "under the engine with DeepCompile (first steps include compilation)") if deep else
+                                 Finding("compile-module", Severity.INFO, "torch.compile: on, the whole module under "
+                                         "the engine (first steps include compilation)"))
 
-    def describe(self) -> list[str]:
-        return [f"DeepSpeed engine: ZeRO stage {self.zero_stage}, {self.precision_name} (from the DeepSpeed config)",
-                self.compile_note]
+    def describe(self, optimizer_note: Finding) -> list[Finding]:
+        """The run's notes on the engine; OPTIMIZER_NOTE: the trainer's optimizer, used unless the config names one."""
+        if "optimizer" in self.ds_config:
+            optimizer_note = Finding("optimizer", Severity.INFO, "optimizer: DeepSpeed's, from its config")
+        return [Finding("deepspeed", Severity.INFO, f"DeepSpeed engine: ZeRO stage {self.zero_stage}, "
+                        f"{self.precision_name} (from the DeepSpeed config)"), self.compile_note, optimizer_note]
 
     def micro_step(self, x, y, is_last: bool) -> torch.Tensor:
         _, loss = self.engine(x, y)
@@ -127,7 +154,9 @@ class DeepSpeedEngine:
 
     def step(self) -> torch.Tensor:
         self.engine.step()
-        norm = self.engine.get_global_grad_norm()
+        norm = self.engine.get_global_grad_norm()  # ZeRO's is a device tensor: read with the loss, not here
+        if torch.is_tensor(norm):
+            return norm.detach().float()
         return torch.tensor(float(norm) if norm is not None else float("nan"))
 
     def lr(self) -> float:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from gptforge.core.findings import Finding, Severity
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
 from gptforge.train.optim import build_scheduler, clipped_step
@@ -101,9 +102,12 @@ def own_grad_buffers(model: torch.nn.Module) -> list[torch.Tensor]:
     return grads
 
 
-def compile_blocks(model: torch.nn.Module, compile_options: dict) -> str:
+def compile_blocks(model: torch.nn.Module, compile_options: dict) -> Finding:
     """Compile each transformer block of MODEL in place, on its own (torchtitan's recipe for sharded engines):
-    a block's gradients are ready, and its collectives can start, as soon as its backward ends. Returns the note."""
+    a block's gradients are ready, and its collectives can start, as soon as its backward ends. Returns the note.
+
+    The block's forward is compiled, not its call: the engines' hooks on the block (FSDP's, ZeRO-3's gathering)
+    run around the graph, never traced into it, so the blocks share one graph."""
     for block in model.blocks:
-        block.compile(**compile_options)
-    return "torch.compile: on, each block on its own (first steps include compilation)"
+        block.forward = torch.compile(block.forward, **compile_options)
+    return Finding("compile-blocks", Severity.INFO, "torch.compile: on, each block on its own (first steps include compilation)")

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from gptforge import accel
+from gptforge.core.findings import Finding, Severity
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT
 from gptforge.storage import kill_point, write_atomic
@@ -54,7 +55,7 @@ class RunResult:
     resumed_from: int = 0
     train_passes: float | None = None  # how many times the run's samples go over the training split
     stopped_at: int | None = None  # SIGTERM: the step the run saved before it stopped short of train-iters
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)  # a warning: the run is not quite what was asked
 
 
 class NonFiniteLoss(GptforgeError):
@@ -69,7 +70,7 @@ class Trainer:
         from rich.console import Console
 
         self.console = console or Console(soft_wrap=True)
-        self.notes: list[str] = []
+        self.notes: list[Finding] = []
         self.stop = StopOnSigterm()
         self.clock = StepClock()
         self.unread = 0  # steps launched whose loss has not been read
@@ -117,8 +118,7 @@ class Trainer:
             self.data = datamod.load(cfg, self.env, self.console.status, self.check_shape)
         else:
             self.check_shape(self.data.vocab_size)
-        if repeat := datamod.repeat_note(self.data.train):
-            self.notes.append(repeat)
+        self.notes += [note] if (note := datamod.repeat_note(self.data.train)) else []
         if self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
@@ -140,22 +140,21 @@ class Trainer:
 
             self.engine = DeepSpeedEngine(self.model, optimizer, cfg, self.ds_config,
                                           speed.compile_options if cfg.compile else None)
-            self.notes += self.engine.describe()
-            self.notes.append("optimizer: " + ("DeepSpeed's, from its config" if "optimizer" in self.ds_config else opt_note))
+            self.notes += self.engine.describe(opt_note)
         elif self.opts.fsdp:
-            self.notes += [f"precision: {precision.note}", f"optimizer: {opt_note}"]
+            self.notes += [precision.note, opt_note]
             self.engine = fsdp.FSDPEngine(self.model, optimizer, cfg, precision, self.accum, self.opts.fsdp)
         else:
-            self.notes += [f"precision: {precision.note}", f"optimizer: {opt_note}"]
+            self.notes += [precision.note, opt_note]
             wrapped = self.model
             if cfg.compile:
                 wrapped = torch.compile(self.model, **speed.compile_options)
-                self.notes.append("torch.compile: on (first steps include compilation)")
+                self.notes.append(Finding("compile", Severity.INFO, "torch.compile: on (first steps include compilation)"))
             if self.env.launched:
                 from torch.nn.parallel import DistributedDataParallel as DDP
 
                 wrapped = DDP(wrapped, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-                self.notes.append(f"DDP over {self.env.world_size} processes ({self.env.backend})")
+                self.notes.append(Finding("ddp", Severity.INFO, f"DDP over {self.env.world_size} processes ({self.env.backend})"))
             cuda_graphs = cfg.compile and speed.cuda_graphs
             self.engine = TorchEngine(wrapped, self.model, optimizer, cfg, precision, self.accum,
                                       ddp=self.env.launched, cuda_graphs=cuda_graphs)
@@ -164,15 +163,17 @@ class Trainer:
             with checkpoint.state_errors(self.resume_ckpt):
                 self.engine.load(self.resume_ckpt, self.resume_state)
             self.step, self.consumed = self.resume_state["step"], self.resume_state["consumed_samples"]
-            saved_rng = checkpoint.load_rank_rng(self.resume_ckpt, self.env.rank, self.resume_state.get("world_size", 1))
+            written_by = self.resume_state.get("world_size", 1)
+            saved_rng = checkpoint.load_rank_rng(self.resume_ckpt, self.env.rank, written_by)
             if saved_rng is not None:
                 checkpoint.restore_rng(saved_rng)
             else:
-                self.notes.append(f"rank {self.env.rank} has no saved RNG state (the checkpoint was written by "
-                                  f"{self.resume_state.get('world_size', 1)} processes): dropout differs from an unbroken run")
+                self.notes.append(Finding("resume-rng-missing", Severity.WARNING, f"rank {self.env.rank} has no saved RNG state "
+                                          f"(the checkpoint was written by {written_by} processes): dropout differs from an unbroken run"))
         else:
             torch.manual_seed(cfg.seed + self.env.rank)  # dropout differs per rank; weights were seeded alike
         self.peak = lookup(torch.cuda.get_device_name(self.device)) if self.device.type == "cuda" else Peak("CPU", None, "")
+        self.notes.append(self.peak.note())
         self.flops_per_token = self.model.flops_per_token(cfg.seq_length)
         self.reader = datamod.BatchReader(self.data.train, cfg.micro_batch_size, self.device, self.data.vocab_size)
         if self.env.is_main:
@@ -202,8 +203,7 @@ class Trainer:
         c.print(f"device: {self.device}; batch: global {cfg.global_batch_size} = micro {cfg.micro_batch_size} x "
                 f"accumulation {self.accum} x data-parallel {self.env.world_size}; {self.data.description}")
         for note in self.notes:
-            c.print(f"  {note}")
-        c.print(f"  {self.peak.describe()}")
+            c.print(f"  {note.message}")
         if self.resume_ckpt is not None:
             c.print(f"resuming from {self.resume_ckpt} (step {self.step})")
         elif self.opts.resume:

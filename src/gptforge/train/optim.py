@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from gptforge.core.findings import Finding, Severity
 from gptforge.train.config import TrainConfig
 
 
@@ -20,11 +21,11 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, fused: bool) -> tuple[torch.optim.Optimizer, str]:
-    """AdamW over MODEL's parameter groups; FUSED: torch's fused CUDA kernel (gptforge.accel's choice)."""
+def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, fused: bool) -> tuple[torch.optim.Optimizer, Finding]:
+    """AdamW over MODEL's parameter groups and the run's note on it; FUSED: torch's fused CUDA kernel (gptforge.accel's choice)."""
     opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                            eps=cfg.adam_eps, fused=fused, foreach=None if fused else True)
-    return opt, f"torch AdamW ({'fused CUDA kernel' if fused else 'foreach'})"
+                            fused=fused, foreach=None if fused else True)
+    return opt, Finding("optimizer", Severity.INFO, f"optimizer: torch AdamW ({'fused CUDA kernel' if fused else 'foreach'})")
 
 
 def folds_clipping(optimizer: torch.optim.Optimizer) -> bool:

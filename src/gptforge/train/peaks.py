@@ -7,6 +7,7 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 
+from gptforge.core.findings import Finding, Severity
 from gptforge.core.gpus import longest_matches, words
 
 
@@ -16,10 +17,12 @@ class Peak:
     bf16_flops: float | None  # FLOP/s; None: unknown GPU or CPU, MFU is not reported
     source: str
 
-    def describe(self) -> str:
+    def note(self) -> Finding:
         if self.bf16_flops is None:
-            return f"MFU not reported: no dense bf16 peak known for {self.device_name!r}"
-        return f"MFU vs {self.device_name} dense bf16 peak {self.bf16_flops / 1e12:.1f} TFLOP/s ({self.source})"
+            return Finding("mfu-not-reported", Severity.INFO,
+                           f"MFU not reported: no dense bf16 peak known for {self.device_name!r}")
+        return Finding("mfu-peak", Severity.INFO,
+                       f"MFU vs {self.device_name} dense bf16 peak {self.bf16_flops / 1e12:.1f} TFLOP/s ({self.source})")
 
 
 def load_table() -> list[dict]:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from gptforge.core.findings import Finding, Severity
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -18,7 +20,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 class Precision:
     name: str
     device_type: str
-    note: str
+    note: Finding  # the run's startup note: code precision, or precision-fallback where the device lacks what was asked
 
     @property
     def dtype(self) -> torch.dtype:
@@ -41,11 +43,19 @@ def choose(requested: str, device: torch.device) -> Precision:
     if requested == "auto":
         if kind == "cuda":
             if torch.cuda.is_bf16_supported():
-                return Precision("bf16", kind, "bf16 autocast (auto: the GPU supports bf16)")
-            return Precision("fp16", kind, "fp16 autocast + GradScaler (auto: this GPU has no bf16)")
-        return Precision("fp32", kind, "fp32 (auto on CPU: exact and faster than emulated bf16)")
+                return Precision("bf16", kind, chosen("bf16 autocast (auto: the GPU supports bf16)"))
+            return Precision("fp16", kind, chosen("fp16 autocast + GradScaler (auto: this GPU has no bf16)"))
+        return Precision("fp32", kind, chosen("fp32 (auto on CPU: exact and faster than emulated bf16)"))
     if requested == "bf16" and kind == "cuda" and not torch.cuda.is_bf16_supported():
-        return Precision("fp16", kind, "fp16 autocast + GradScaler (bf16 asked for, but this GPU has none)")
+        return Precision("fp16", kind, fallback("fp16 autocast + GradScaler (bf16 asked for, but this GPU has none)"))
     if requested == "fp16" and kind == "cpu":
-        return Precision("fp32", kind, "fp32 (fp16 asked for, but CPU autocast has no fp16 path)")
-    return Precision(requested, kind, f"{requested} {'autocast' if requested != 'fp32' else ''} (asked for)".replace("  ", " "))
+        return Precision("fp32", kind, fallback("fp32 (fp16 asked for, but CPU autocast has no fp16 path)"))
+    return Precision(requested, kind, chosen(f"{requested} {'autocast' if requested != 'fp32' else ''} (asked for)".replace("  ", " ")))
+
+
+def chosen(what: str) -> Finding:
+    return Finding("precision", Severity.INFO, f"precision: {what}")
+
+
+def fallback(what: str) -> Finding:
+    return Finding("precision-fallback", Severity.WARNING, f"precision: {what}")

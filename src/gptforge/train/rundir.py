@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from gptforge.core.findings import Finding, Severity
 from gptforge.errors import FileReadError, GptforgeError, UsageError
 from gptforge.reading import read_json
 from gptforge.storage import writing
@@ -118,7 +119,7 @@ def value_changes(before: dict, after: dict) -> list[str]:
             for key, value in after.items() if key in before and before[key] != value]
 
 
-def config_changes(run_dir: str | os.PathLike, current: dict) -> str | None:
+def config_changes(run_dir: str | os.PathLike, current: dict) -> Finding | None:
     """On resume: a note naming each key whose value differs from the run's saved config, None when none does
     (or nothing readable was saved), so that a changed default or a forgotten key never changes a run silently."""
     try:
@@ -128,8 +129,10 @@ def config_changes(run_dir: str | os.PathLike, current: dict) -> str | None:
     changed = value_changes(saved, current)
     if not changed:
         return None
-    return (f"resume: {'these keys differ' if len(changed) > 1 else 'this key differs'} from the run's {CONFIG_NAME}: "
-            f"{', '.join(changed)}; the run goes on with the new values (give KEY=VALUE to keep a saved one)")
+    return Finding("resume-config-changed", Severity.WARNING,
+                   f"resume: {'these keys differ' if len(changed) > 1 else 'this key differs'} from the run's "
+                   f"{CONFIG_NAME}: {', '.join(changed)}; the run goes on with the new values (give KEY=VALUE to keep "
+                   "a saved one)")
 
 
 def check_writable(run_dir: Path) -> None:
