@@ -190,8 +190,20 @@ def _damaged_cache(builds, tmp_path, damage: str):
     return copy, module
 
 
-# Each damage is rebuilt by both paths (a compile each); the default run compiles once per path, one damage each
-@pytest.mark.parametrize("damage", ["truncated", pytest.param("garbage", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_a_damaged_module_is_no_cache_hit(builds, tmp_path, damage):
+    """What `build helpers` and the import path ask before they trust a cached module: are its bytes the build's?"""
+    from gptforge.build.helpers import intact_entry
+
+    copy, module = _damaged_cache(builds, tmp_path, damage)
+    assert intact_entry(next(builds[0].rglob("gptforge_helpers*"))) is not None
+    assert intact_entry(module) is None
+
+
+# A rebuild is a compile: the default run rebuilds once, through the import path, and asks the cache about both
+# damages above; the command's own rebuild of each runs under slow.
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
 def test_damaged_module_is_rebuilt_not_reported_built(builds, tmp_path, damage):
     """A truncated module was 'already built' and training died with SIGBUS; a garbage one raised ImportError."""
     copy, module = _damaged_cache(builds, tmp_path, damage)
