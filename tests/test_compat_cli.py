@@ -1,4 +1,5 @@
-"""`gptforge compat check` / `compat recommend` through the installed entry point."""
+"""`gptforge compat check` / `compat recommend`, run in this process (run_main); a table read through a pipe starts
+the installed entry point."""
 
 from __future__ import annotations
 
@@ -13,8 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import examples
+from conftest import examples, run_cli, run_main
 from gptforge.cli import main
+
+
+@pytest.fixture
+def cli():
+    return run_main
 
 
 def check_json(cli, *args):
@@ -189,13 +195,13 @@ def test_help_explains(cli):
 WHEEL = "flash_attn-2.5.5+cu118torch2.2cxx11abiTRUE-cp38-cp38-linux_x86_64.whl"
 
 
-def test_a_table_written_to_a_pipe_keeps_each_row_on_one_line(cli):
+def test_a_table_written_to_a_pipe_keeps_each_row_on_one_line():
     """Read through a pipe (grep, less, a CI log), a table must not fold a wheel name over two lines."""
-    result = cli("compat", "check", "--torch", "2.2.0+cu118", "--wheel", WHEEL)
+    result = run_cli("compat", "check", "--torch", "2.2.0+cu118", "--wheel", WHEEL)
     assert result.returncode == 1
     (row,) = [line for line in result.stdout.splitlines() if "wheel-abi-mismatch" in line]
     assert WHEEL in row and "cxx11abiFALSE" in row  # the problem and the fix on the row's one line
-    recommend = cli("compat", "recommend", "--driver", "535.104.05", "--cc", "9.0")
+    recommend = run_cli("compat", "recommend", "--driver", "535.104.05", "--cc", "9.0")
     assert any("cuda-12-6" in line and "minor-version compatibility" in line for line in recommend.stdout.splitlines())
 
 
