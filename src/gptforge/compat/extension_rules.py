@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from packaging.version import Version
 
 from gptforge.compat.arch_rules import arch_list_fix
-from gptforge.compat.arches import CC, parse_arch, runs_on
+from gptforge.compat.arches import CC, Arch, parse_arch, runs_on
 from gptforge.compat.context import Context
 from gptforge.compat.facts import release_row
 from gptforge.compat.findings import Finding, Severity, no_data
 from gptforge.compat.rule_helpers import at_least
-from gptforge.core.versions import CudaVersion, format_cc, parse_cuda
+from gptforge.core.versions import format_cc, parse_cuda
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
@@ -100,9 +100,8 @@ def rule_flash_attn(ctx: Context, suggest: bool) -> Iterator[Finding]:
                       "whose floor your nvcc meets")
     low = parse_arch(row["cc_min"]).cc
     high = parse_arch(row["cc_max"]).cc if "cc_max" in row else None
-    sass = [parse_arch(a) for a in row.get("sass", "").split()]
-    if ctx.nvcc and ctx.nvcc.release < CudaVersion(11, 8):
-        sass = [a for a in sass if a.cc < (9, 0)]
+    sass = _flash_attn_kernels(ctx, row)
+    built_by = f" with nvcc {ctx.nvcc.release}" if ctx.nvcc and "flash_attn" not in ctx.prebuilt else ""
     for cc in ctx.ccs:
         if cc < low or (high and cc[0] > high[0]):
             span = f"CC {row['cc_min']}" + (f" to {row['cc_max']}" if high else "+")
@@ -112,8 +111,20 @@ def rule_flash_attn(ctx: Context, suggest: bool) -> Iterator[Finding]:
         elif sass and not any(runs_on(a, cc) for a in sass):
             yield Finding("flash-attn-arch-unsupported", E,
                           f"flash-attn {ctx.flash_attn} has no kernels for CC {format_cc(cc)} "
-                          f"(it builds {' '.join(a.sm for a in sass)}): 'no kernel image is available'",
-                          "use a flash-attn release with kernels for this GPU, or torch's scaled_dot_product_attention")
+                          f"(it builds {' '.join(a.sm for a in sass)}{built_by}): 'no kernel image is available'",
+                          "use a flash-attn release (and nvcc) with kernels for this GPU, "
+                          "or torch's scaled_dot_product_attention")
+
+
+def _flash_attn_kernels(ctx: Context, row: dict) -> list[Arch]:
+    """The cubins a flash-attn release builds: every arch of its setup.py whose nvcc floor the nvcc building it
+    meets. A prebuilt wheel was not built by the nvcc given, so it may hold any of them."""
+    sass = [parse_arch(a) for a in row.get("sass", "").split()]
+    nvcc = ctx.nvcc if "flash_attn" not in ctx.prebuilt else None
+    if nvcc is None:
+        return sass
+    floors = {parse_arch(a): parse_cuda(v) for a, v in row.get("sass_nvcc", {}).items()}
+    return [a for a in sass if a not in floors or nvcc.release >= floors[a]]
 
 
 def _te_reasons(ctx: Context, row: dict) -> list[str]:
