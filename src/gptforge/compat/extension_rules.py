@@ -174,6 +174,36 @@ def rule_transformer_engine(ctx: Context, suggest: bool) -> Iterator[Finding]:
                       f"meet {te}'s floor ({floors}) or uninstall it")
 
 
+def rule_te_flash_attn(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    """The flash-attn versions TE's attention accepts: outside them older releases fail, newer ones fall back."""
+    if ctx.transformer_engine is None or ctx.flash_attn is None:
+        return
+    te = f"TransformerEngine {ctx.transformer_engine}"
+    row = release_row(ctx.facts.extensions["transformer_engine"]["flash_attn"], ctx.transformer_engine)
+    if row is None:
+        yield no_data(f"the flash-attn versions {te} accepts")
+        return
+    blackwell = "flash_min_blackwell" in row and any(cc >= (10, 0) for cc in ctx.ccs)
+    low = Version(row["flash_min_blackwell" if blackwell else "flash_min"])
+    high = Version(row["flash_max"]) if "flash_max" in row else None
+    flash = Version(ctx.flash_attn.public)
+    if low <= flash and (high is None or flash <= high):
+        return
+    if "on_cc_min" in row and ctx.ccs and all(cc < parse_arch(row["on_cc_min"]).cc for cc in ctx.ccs):
+        return  # TE does not use flash-attn on these GPUs
+    span = f"{low} to {high}" if high else f"{low} or newer"
+    pin = f"flash-attn>={low},<={high}" if high else f"flash-attn>={low}"
+    if row["outside"] == "error":
+        bound = f"minimum version {low} is required" if flash < low else f"maximum version {high} is supported"
+        yield Finding("te-flash-attn-version", E,
+                      f"{te} accepts flash-attn {span}, not {flash}: AssertionError 'FlashAttention {bound}.'",
+                      f"pip install '{pin}', or set NVTE_FLASH_ATTN=0")
+    else:
+        yield Finding("te-flash-attn-version", W,
+                      f"{te} accepts flash-attn {span}, not {flash}: it logs 'Supported flash-attn versions are "
+                      f"...' and runs attention without flash-attn", f"pip install '{pin}' to have TE use it")
+
+
 def rule_deepspeed(ctx: Context, suggest: bool) -> Iterator[Finding]:
     if ctx.deepspeed is None:
         return

@@ -18,7 +18,7 @@ from gptforge.compat.arches import CC, Arch, runs_on
 from gptforge.compat.combination import Combination
 from gptforge.compat.context import Context, build_context
 from gptforge.compat.extension_rules import (rule_apex_contrib, rule_deepspeed, rule_flash_attn, rule_fp8,
-                                             rule_te_recipe, rule_transformer_engine)
+                                             rule_te_flash_attn, rule_te_recipe, rule_transformer_engine)
 from gptforge.compat.facts import facts, load_table, release_row
 from gptforge.compat.findings import Finding, Severity, unique
 from gptforge.compat.rule_helpers import at_least, env_hint, join_fixes
@@ -282,6 +282,7 @@ RULES: tuple[Callable[[Context, bool], Iterator[Finding]], ...] = (
     rule_te_recipe,
     rule_flash_attn,
     rule_transformer_engine,
+    rule_te_flash_attn,
     rule_deepspeed,
     rule_torch_cpu_build,
     rule_wheels,
