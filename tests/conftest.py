@@ -44,30 +44,66 @@ def run_cli(*args: str, env: dict | None = None, cwd: str | os.PathLike | None =
     )
 
 
-def main_one_line(*args: str, expect: int, stream: str = "stderr", last_line: bool = False) -> tuple[int, str]:
-    """Run ``gptforge ARGS`` in this process (no interpreter start-up: hostile-input cases stay fast); an uncaught
-    exception fails the test with its traceback. For a failure (``expect`` != 0) stderr must be one line, which
-    is returned (``last_line``: notes may come before it); ``stream="stdout"`` returns stdout instead (a --json
-    report)."""
+def run_main(*args: str, env: dict | None = None, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+    """``gptforge ARGS`` run in this process, answered as ``run_cli`` answers: for tests of what a command does, not
+    of its process (no interpreter start, no torch import per call; each command keeps a test through ``run_cli``).
+    ENV is set and CWD entered for the call only (OMP_NUM_THREADS sets torch's thread count, as at a process's
+    start); an uncaught exception fails the test with its traceback."""
     import contextlib
     import io
 
     from gptforge.cli import main
 
+    env = env or {}
+    if "OMP_NUM_THREADS" in env:
+        import torch  # noqa: F401 (its thread count is set below, as a process started with ENV would have it)
+    torch = sys.modules.get("torch")
+    saved_env, saved_cwd, saved_threads = dict(os.environ), os.getcwd(), torch and torch.get_num_threads()
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as exit:  # argparse
-            code = exit.code
-    assert code == expect, (code, out.getvalue()[-2000:], err.getvalue()[-2000:])
+    try:
+        os.environ.update(env)
+        if "OMP_NUM_THREADS" in env:
+            torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exit:  # argparse
+                code = exit.code
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        if torch:  # a CPU run sets torch's thread count for the whole process
+            torch.set_num_threads(saved_threads)
+    return subprocess.CompletedProcess(["gptforge", *args], code, out.getvalue(), err.getvalue())
+
+
+def main_one_line(*args: str, expect: int, stream: str = "stderr", last_line: bool = False) -> tuple[int, str]:
+    """``run_main(ARGS)``, whose exit status must be EXPECT. For a failure (``expect`` != 0) stderr must be one line,
+    which is returned (``last_line``: notes may come before it); ``stream="stdout"`` returns stdout instead (a --json
+    report)."""
+    done = run_main(*args)
+    code = done.returncode
+    assert code == expect, (code, done.stdout[-2000:], done.stderr[-2000:])
     if stream == "stdout":
-        return code, out.getvalue()
+        return code, done.stdout
     if expect == 0:
-        return code, err.getvalue()
-    lines = err.getvalue().strip("\n").split("\n")
-    assert (last_line or len(lines) == 1) and lines[-1].startswith("gptforge"), err.getvalue()[-3000:]
+        return code, done.stderr
+    lines = done.stderr.strip("\n").split("\n")
+    assert (last_line or len(lines) == 1) and lines[-1].startswith("gptforge"), done.stderr[-3000:]
     return code, lines[-1]
+
+
+# Property tests draw a fifth of their examples (at least 10) in the default run; CI draws every one (.ci/run sets
+# GPTFORGE_TEST_ALL_EXAMPLES=1).
+ALL_EXAMPLES = os.environ.get("GPTFORGE_TEST_ALL_EXAMPLES") == "1"
+
+
+def examples(count: int) -> int:
+    """``max_examples`` for a property test written for COUNT examples."""
+    return count if ALL_EXAMPLES else max(10, count // 5)
 
 
 # The benchmark's bookkeeping: the bench/ scripts' dry runs and the committed results re-pooled. Not the product,
@@ -408,9 +444,10 @@ TINY = ["num-layers=1", "hidden-size=32", "num-attention-heads=2", "seq-length=3
 
 @pytest.fixture(scope="session")
 def train_data_cache(tmp_path_factory):
-    """The data-cache-dir CPU training runs share: the embedded corpus is built once a session, not once a run
-    (the modules that train checkpoints name the same directory)."""
-    return tmp_path_factory.getbasetemp() / "train-data-cache"
+    """The data-cache-dir CPU training runs share: the embedded corpus is built once a session, not once a run.
+    The xdist workers share it too (their base directories' parent): the build holds a file lock."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "train-data-cache"
 
 
 @pytest.fixture()

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import run_cli
+from conftest import run_cli, run_main
 from gpt_pairs import TINY, assert_trains_as_the_default
 from gptforge import accel
 from gptforge.accel import attention, hopper
@@ -87,8 +87,8 @@ def test_on_an_sm90_gpu_without_hopper_the_log_suggests_it(sm90_here, monkeypatc
 
 
 def test_the_trainer_stops_before_making_the_run_directory(tmp_path):
-    proc = run_cli("train", "--config", "gpt2-124m-hopper", "--device", "cpu", "--run-dir", str(tmp_path / "run"),
-                   cwd=tmp_path)
+    proc = run_main("train", "--config", "gpt2-124m-hopper", "--device", "cpu", "--run-dir", str(tmp_path / "run"),
+                    cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("gptforge: usage error: accel: hopper: its kernels need an sm_90 GPU")
     assert not (tmp_path / "run").exists()

@@ -120,8 +120,10 @@ def test_doctor_with_hanging_compilers_reports_them_and_leaves_nothing_running(t
     assert not alive, "processes left running: " + ", ".join(Path(f"/proc/{p}/cmdline").read_text() for p in alive)
 
 
+# the parser's second case is test_helpers_build.py's test_cxx_that_is_not_a_command in the default run (its CXX)
 @pytest.mark.parametrize("value,needle", [("  ", "CC: '  ' names no command"),
-                                          ('gcc "-O2', "CC: 'gcc \"-O2' is not a command (No closing quotation)")])
+                                          pytest.param('gcc "-O2', "CC: 'gcc \"-O2' is not a command "
+                                                       "(No closing quotation)", marks=pytest.mark.slow)])
 def test_doctor_with_a_compiler_variable_that_is_not_a_command(value, needle):
     proc = run_cli("doctor", "--json", env={"CC": value}, timeout=300)
     assert "Traceback" not in proc.stderr, proc.stderr

@@ -126,7 +126,7 @@ def test_a_killed_builder_releases_the_lock_and_the_next_one_builds(tmp_path):
     # A dies after its compile finished, still holding the lock (a killed builder's pip could otherwise
     # still be writing into its work dir).
     root, start = builders(tmp_path, BUILDER.replace(
-        "time.sleep(2)", "(root / f'compiled-{tag}').write_text(''); time.sleep(2 if tag != 'A' else 600)"))
+        "time.sleep(2)", "(root / f'compiled-{tag}').write_text(''); time.sleep(600 if tag == 'A' else 0)"))
     first = start("A")
     wait_for(root / "compiled-A", first, "builder A never finished compiling")
     first.kill()  # SIGKILL while holding the lock, mid-build

@@ -1,6 +1,6 @@
-"""`gptforge build apex|deepspeed-ops` through the installed entry point, on this CPU machine with its
-real nvcc (CUDA_HOME) and CPU torch; a torch CUDA version is simulated with --torch-cuda (the
-preflight's input), never by mocking nvcc."""
+"""`gptforge build apex|deepspeed-ops` on this CPU machine with its real nvcc (CUDA_HOME) and CPU torch; a torch
+CUDA version is simulated with --torch-cuda (the preflight's input), never by mocking nvcc. The cases run the command
+in this process; test_cpu_torch_is_reported_with_a_fix starts the installed entry point."""
 
 from __future__ import annotations
 
@@ -11,12 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import one_line_error
+from conftest import one_line_error, run_cli, run_main
 
 CUDA_HOME = os.environ.get("GPTFORGE_TEST_CUDA_HOME", "/usr/local/cuda")
 needs_nvcc = pytest.mark.skipif(not Path(CUDA_HOME, "bin", "nvcc").exists(),
                                 reason=f"no CUDA toolkit at {CUDA_HOME} (set GPTFORGE_TEST_CUDA_HOME)")
 PINNED = "6424da3b4faa6c8f062da4a48c424fff3f02d42d"
+
+
+@pytest.fixture
+def cli():
+    return run_main
 
 
 def _env(tmp_path) -> dict:
@@ -33,7 +38,7 @@ def _codes(report: dict) -> dict:
 
 @needs_nvcc
 def test_cpu_torch_is_reported_with_a_fix(cli, tmp_path):
-    proc = cli("build", "apex", "--arch", "9.0", env=_env(tmp_path))
+    proc = run_cli("build", "apex", "--arch", "9.0", env=_env(tmp_path))
     assert proc.returncode == 1
     assert "[torch-no-cuda]" in proc.stderr and "fix: " in proc.stderr  # the code, and its fix under it
     assert "Traceback" not in proc.stderr

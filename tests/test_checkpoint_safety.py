@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from conftest import run_cli, SMALL
+from conftest import run_main, tiny_train_args
 from gptforge.errors import GptforgeError
 from gptforge.train import checkpoint
 
@@ -30,29 +30,24 @@ class Payload:
         return (os.system, (self.command,))
 
 
-def train(run_dir, cache, *extra, env=None):
-    return run_cli("train", "--config", "gpt2-tiny", "--run-dir", str(run_dir), *SMALL, "train-iters=4",
-                   f"data-cache-dir={cache}", *extra, env={"OMP_NUM_THREADS": "1", **(env or {})}, cwd=run_dir.parent)
+def train(run_dir, cache, *extra):
+    """`gptforge train` of the session's four-step run (conftest's tiny_trained_run), in this process."""
+    return run_main(*tiny_train_args(run_dir, cache, "train-iters=4", *extra), cwd=run_dir.parent)
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.getbasetemp() / "train-data-cache"
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, cache):
-    run_dir = tmp_path_factory.mktemp("trained") / "run"
-    proc = train(run_dir, cache)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return run_dir
+@pytest.fixture(scope="session")
+def cache(train_data_cache):
+    return train_data_cache
 
 
 @pytest.fixture
-def run(trained, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(trained, copy)
-    return copy
+def trained(tiny_trained_run):
+    return tiny_trained_run
+
+
+@pytest.fixture
+def run(tiny_run_copy):
+    return tiny_run_copy
 
 
 def newest(run_dir):
@@ -90,7 +85,7 @@ def test_crafted_pickle_runs_nothing(run, cache, tmp_path, command, name):
     if command == "resume":
         proc = train(run, cache, "--resume", "train-iters=8")
     else:
-        proc = run_cli("sample", "--checkpoint", str(run), "--max-new-tokens", "4", "--device", "cpu")
+        proc = run_main("sample", "--checkpoint", str(run), "--max-new-tokens", "4", "--device", "cpu")
     assert not marker.exists(), "the checkpoint ran code"
     one_line_error(proc, name)
 
@@ -132,7 +127,7 @@ def flip_a_byte(path):
 def test_flipped_bytes_are_named_by_resume_and_sample(run, cache):
     flip_a_byte(newest(run) / "model.pt")
     one_line_error(train(run, cache, "--resume", "train-iters=8"), "model.pt", "checksum")
-    one_line_error(run_cli("sample", "--checkpoint", str(run), "--device", "cpu"), "model.pt", "checksum")
+    one_line_error(run_main("sample", "--checkpoint", str(run), "--device", "cpu"), "model.pt", "checksum")
 
 
 @pytest.mark.parametrize("name", ["optimizer.pt", "trainer.pt", "rng_rank0.pt", "deepspeed/mp_rank_00_model_states.pt"])

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from gptforge.cli import main
 
 
@@ -93,7 +94,7 @@ VALUE_FLAGS = ["--driver", "--gpu", "--cc", "--cuda", "--torch", "--torch-cuda",
                "--cudnn", "--nccl", "--apex", "--deepspeed", "--transformer-engine", "--torch-arch-list", "--arch-list"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.sampled_from(VALUE_FLAGS), st.text(max_size=24) | st.from_regex(r"[0-9a-z_.+ ;-]{0,12}", fullmatch=True))
 def test_any_value_gets_an_answer_or_a_one_line_usage_error(flag, value):
     """In-process, so that hypothesis can try many values: exit 0/1 with JSON, or exit 2 with one line naming the flag."""

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from conftest import examples
 from gptforge.compat import Combination, Severity, check
 from gptforge.compat.facts import facts
 
@@ -37,7 +38,7 @@ def test_every_row_names_its_releases_and_a_source_at_a_tag(table):
     assert all("/blob/main/" not in r["source"] and "/blob/master/" not in r["source"] for r in tagged)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.sampled_from(sorted(VERSIONED)), st.integers(0, 3), st.integers(0, 25), st.integers(0, 6))
 def test_at_most_one_row_applies_to_a_release(table, major, minor, patch):
     version = Version(f"{major}.{minor}.{patch}")

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from packaging.version import Version
 
+from conftest import examples
 from gptforge.compat import Combination, check
 from gptforge.compat.facts import facts, load_table
 from gptforge.compat.host_libs import gcc_glibcxx, manylinux_glibc, parse_glibc, parse_glibcxx
@@ -202,7 +203,7 @@ def test_flash_attn_wheel_names_round_trip(version, cuda, torch, abi, python):
     assert {tag.interpreter for tag in build.tags} == {python}
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(low=st.integers(12, 40), high=st.integers(12, 40),
        torch=st.sampled_from(["1.2.0", "2.5.1", "2.6.0", "2.6.0+cu126", "2.7.0", "2.13.0"]))
 def test_a_newer_glibc_never_adds_an_error(low, high, torch):
@@ -210,7 +211,7 @@ def test_a_newer_glibc_never_adds_an_error(low, high, torch):
     assert errors(torch=torch, glibc=f"2.{high}") <= errors(torch=torch, glibc=f"2.{low}")
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(low=st.integers(19, 34), high=st.integers(19, 34), gcc=st.integers(5, 15))
 def test_a_newer_libstdcxx_never_adds_an_error(low, high, gcc):
     low, high = sorted((low, high))

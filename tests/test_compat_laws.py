@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from gptforge.compat import (
     Combination,
     CudaVersion,
@@ -23,7 +24,7 @@ from gptforge.compat import (
 from gptforge.compat.facts import facts
 from gptforge.errors import GptforgeError
 
-LAW = settings(max_examples=60, deadline=None)
+LAW = settings(max_examples=examples(60), deadline=None)
 
 F = facts()
 CUDAS = [CudaVersion(*key) for key in sorted(F.cuda)]

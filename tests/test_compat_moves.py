@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from gptforge.compat import Combination, Severity, check
 from gptforge.compat.facts import facts
 from gptforge.compat.moves import CODE, MOVABLE, find_move
@@ -36,7 +37,7 @@ def _errors(findings):
     return {f.code for f in findings if f.severity is Severity.ERROR}
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(combinations)
 def test_the_move_applied_is_accepted_for_the_codes_it_resolves(combo):
     findings = run_rules(combo)
@@ -50,7 +51,7 @@ def test_the_move_applied_is_accepted_for_the_codes_it_resolves(combo):
         assert move.torch.endswith("+cu" + move.nvcc.replace(".", "")), "the move's nvcc matches its torch build"
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(combinations)
 def test_errors_a_move_resolves_never_carry_contradicting_fixes(combo):
     findings = check(combo)

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from gptforge.compat import (
     CudaVersion,
     DriverVersion,
@@ -26,7 +27,7 @@ from gptforge.compat.arches import Arch, parse_arch_list
 from gptforge.compat.facts import facts
 from gptforge.compat.gpus import _table
 
-FAST = settings(max_examples=150, deadline=None)
+FAST = settings(max_examples=examples(150), deadline=None)
 
 drivers = st.builds(
     lambda major, minor, patch, n: DriverVersion((major, minor, patch)[:n]),

@@ -1,4 +1,5 @@
-"""Bad input: one-line error naming the problem, non-zero exit, no traceback, nothing half-written."""
+"""Bad input: one-line error naming the problem, non-zero exit, no traceback, nothing half-written. The commands run
+in this process (run_main), but for those with worker processes or a signal, which start the installed command."""
 
 from __future__ import annotations
 
@@ -11,12 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import gptforge_executable
+from conftest import gptforge_executable, run_cli, run_main
 import numpy as np
 
 from gptforge.data.indexed import IndexedDataset, read_tokenizer_record
 from gptforge.data.prepare import prepare
 
+
+
+@pytest.fixture
+def cli():
+    return run_main
 
 
 def _one_line_error(proc, *needles: str) -> str:
@@ -118,7 +124,7 @@ def test_bad_line_late_in_corpus_leaves_nothing(cli, tmp_path):
     src = tmp_path / "c.jsonl"
     src.write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(3000)) + "{oops\n")
     before = _listing(tmp_path)
-    _one_line_error(cli("prepare", "--input", str(src), "--output-prefix", str(tmp_path / "out"), "--workers", "2"),
+    _one_line_error(run_cli("prepare", "--input", str(src), "--output-prefix", str(tmp_path / "out"), "--workers", "2"),
                     f"{src}:3001")
     assert _listing(tmp_path) == before
 

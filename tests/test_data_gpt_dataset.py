@@ -170,10 +170,14 @@ BUILT_FILES = ["stdlib_docs_text_document.bin", "stdlib_docs_text_document.idx",
                "tokenizer/merges.txt"]
 
 
+VOCAB = 2048  # gpt2-tiny's default-vocab-size
+
+
 @pytest.fixture(scope="module")
-def default_corpus(tmp_path_factory):
-    """The embedded corpus, built once for the tests below (each build takes seconds)."""
-    return prepare_default(tmp_path_factory.mktemp("default-corpus"), vocab_size=1024)
+def default_corpus(train_data_cache):
+    """The embedded corpus where the session's gpt2-tiny runs find it (train/data.py names the directory): built once
+    for the tests below and those runs (each build takes seconds)."""
+    return prepare_default(train_data_cache / f"default-{VOCAB}", vocab_size=VOCAB)
 
 
 def test_default_corpus_holds_every_document_in_its_own_tokenizer(default_corpus, tmp_path):
@@ -181,7 +185,7 @@ def test_default_corpus_holds_every_document_in_its_own_tokenizer(default_corpus
     assert manifest["python"] and manifest["documents"] > 500 and manifest["tokens"] > 100_000
     assert default_corpus.prefix.name == "stdlib_docs_text_document"
     tok = load_tokenizer("bytelevel", tokenizer_dir=default_corpus.tokenizer_dir)
-    assert tok.vocab_size == 1024 and tok.eod_id == manifest["eod_id"]
+    assert tok.vocab_size == VOCAB and tok.eod_id == manifest["eod_id"]
     ds = IndexedDataset(default_corpus.prefix)
     docs = list(corpus_documents())
     assert ds.num_documents == len(docs)
@@ -194,10 +198,10 @@ def test_default_corpus_holds_every_document_in_its_own_tokenizer(default_corpus
 def test_default_corpus_is_cached(default_corpus):
     out_dir = default_corpus.prefix.parent
     stamp = os.stat(default_corpus.bin).st_mtime_ns
-    again = prepare_default(out_dir, vocab_size=1024)
+    again = prepare_default(out_dir, vocab_size=VOCAB)
     assert again.prefix == default_corpus.prefix and os.stat(default_corpus.bin).st_mtime_ns == stamp
     with pytest.raises(Exception, match="fewer than one sequence"):
-        prepare_default(out_dir, vocab_size=1024, seq_hint=10**9)
+        prepare_default(out_dir, vocab_size=VOCAB, seq_hint=10**9)
 
 
 def test_default_corpus_is_deterministic_and_a_truncated_file_is_built_again(default_corpus, tmp_path):
@@ -209,7 +213,7 @@ def test_default_corpus_is_deterministic_and_a_truncated_file_is_built_again(def
     trained_at = (copy / "tokenizer" / "vocab.json").stat().st_mtime_ns  # copytree keeps the first build's time
     with open(copy / "stdlib_docs_text_document.bin", "r+b") as f:
         f.truncate(len(first["stdlib_docs_text_document.bin"]) // 2)
-    rebuilt = prepare_default(copy, vocab_size=1024)
+    rebuilt = prepare_default(copy, vocab_size=VOCAB)
     assert rebuilt.prefix == copy / "stdlib_docs_text_document"
     assert (copy / "tokenizer" / "vocab.json").stat().st_mtime_ns != trained_at  # a genuine second build
     for name in BUILT_FILES:
@@ -217,13 +221,15 @@ def test_default_corpus_is_deterministic_and_a_truncated_file_is_built_again(def
     assert IndexedDataset(rebuilt.prefix).num_tokens > 0
 
 
-def test_cli_default_corpus_and_inspect(cli, tmp_path):
-    proc = cli("prepare", "--default-corpus", str(tmp_path / "dc"), "--vocab-size", "512", "--json")
+def test_cli_default_corpus_and_inspect(cli, default_corpus):
+    """The command on the corpus built above (the build itself: the tests above)."""
+    proc = cli("prepare", "--default-corpus", str(default_corpus.prefix.parent), "--vocab-size", str(VOCAB), "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
+    assert report["prefix"] == str(default_corpus.prefix)
     inspect = json.loads(cli("data", "inspect", report["prefix"], "--json").stdout)
     assert inspect["documents"] == report["documents"] and inspect["tokens"] == report["tokens"]
-    assert inspect["dtype"] == "uint16" and inspect["max_token"] < 512
+    assert inspect["dtype"] == "uint16" and inspect["max_token"] < VOCAB
 
 
 def test_cli_merge(cli, tmp_path):

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from gptforge.data import sample_index as si
 from gptforge.data.gpt_dataset import build_gpt_datasets
 from gptforge.data.indexed import IndexedDataset
@@ -147,7 +148,7 @@ def _sample_index_case(draw):
     return sizes, doc_idx, seq, epochs, int(sizes.sum()), draw(st.booleans()), draw(st.integers(0, 1))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(case=_sample_index_case())
 def test_sample_index_equals_megatron_build_sample_idx(megatron_helpers, case):
     sizes, doc_idx, seq, epochs, per_epoch, drop_last, extra = case
@@ -167,7 +168,7 @@ def test_sample_index_equals_megatron_at_scale(megatron_helpers):
     np.testing.assert_array_equal(si.reference_build_sample_idx(*args, dtype=np.int64), theirs)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(weights=st.lists(st.floats(0.01, 10.0), min_size=1, max_size=5), size=st.integers(1, 2000))
 def test_blending_equals_megatron(megatron_helpers, weights, size):
     w = np.asarray(weights) / np.sum(weights)

@@ -116,7 +116,7 @@ def test_a_reader_never_opens_half_a_publish(tmp_path, corpus):
 
 def test_sigterm_mid_prepare_leaves_nothing(tmp_path):
     src = tmp_path / "big.jsonl"
-    src.write_text((json.dumps({"text": "many words in a long document " * 60}) + "\n") * 30_000)
+    src.write_text((json.dumps({"text": "many words in a long document " * 60}) + "\n") * 6_000)  # seconds of encoding
     before = contents(tmp_path)
     proc = subprocess.Popen([*gptforge_executable(), "prepare", "--input", str(src), "--output-prefix", str(tmp_path / "out"),
                              "--tokenizer", "bytelevel", "--vocab-size", "300"],

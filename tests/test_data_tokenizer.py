@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from gptforge.data.tokenizer import Tokenizer, TokenizerError, is_original_gpt2, load_tokenizer, packaged_gpt2_files
 from gptforge.errors import UsageError
 
@@ -100,7 +101,7 @@ def test_ids_equal_on_real_prose(ours, ours_hf, reference):
         assert ours_hf.encode(text) == expected, name
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=200))
 def test_ids_equal_on_generated_text(ours, ours_hf, reference, text):
     expected = reference.encode_ordinary(text)
@@ -163,7 +164,7 @@ _WORDS = st.lists(st.sampled_from(["the", "cat's", "123", "!!", "héllo", "x", "
                   max_size=60).map(" ".join)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(text=_WORDS, size=st.integers(3, 40))
 def test_pieces_cut_at_word_starts_give_the_same_tokens(text, size):
     """Long documents are tokenized piece by piece (a 200 MB line took > 20 GB whole); where every cut is

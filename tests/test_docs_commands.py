@@ -18,6 +18,7 @@ Markers, an HTML comment on the line before a block, for blocks this machine can
     <!-- gpu -->        needs an NVIDIA GPU: runs only under ``pytest -m gpu``
     <!-- network -->    downloads something: never run here
     <!-- slow -->       takes minutes: runs only under ``pytest -m slow``
+    <!-- long -->       a full-length run, or more GPUs or nodes than a test machine has: never run here
 
 The test uses its own environment instead of making one: ``python3 -m venv .venv`` is not run,
 ``.venv/bin/X`` runs this interpreter's ``X``, ``pip install`` lines are not run (the test
@@ -45,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SHELL_LANGUAGES = {"", "bash", "sh", "shell", "console"}
 LAUNCHERS = {"pixi", "torchrun", "deepspeed", "srun", "sbatch"}
-MARKERS = ("gpu", "network", "slow")
+MARKERS = ("gpu", "network", "slow", "long")
 MARKER = re.compile(r"<!--\s*(" + "|".join(MARKERS) + r")\s*-->")
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_]*(\.\.\.)?$")
 EXIT_STATUS = re.compile(r"#\s*exit status (\d+)\s*$")
@@ -129,8 +130,8 @@ def is_program(name: str, clone: Path) -> bool:
 def why_not_run(command: str, marker: str | None, mode: str) -> str | None:
     """The reason a command is not run in this mode, or None to run it."""
     parts, name = words(command), program(command)
-    if marker == "network":
-        return "network"
+    if marker in ("network", "long"):
+        return marker
     if marker == "gpu" and mode != "gpu":
         return "gpu"
     if marker == "slow" and mode == "default":
@@ -258,3 +259,4 @@ def test_markers_choose_the_mode():
     assert why_not_run("gptforge train", "slow", "default") == "slow"
     assert why_not_run("gptforge train", "slow", "slow") is None
     assert why_not_run("pip download x", "network", "gpu") == "network"
+    assert why_not_run("torchrun --nproc-per-node 8 -m gptforge train", "long", "gpu") == "long"

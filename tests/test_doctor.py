@@ -30,6 +30,12 @@ def here():
     return doctor_json()
 
 
+@pytest.fixture(scope="module")
+def here_text():
+    """doctor's printout on this machine as it is (build variables cleared)."""
+    return doctor()
+
+
 def test_schema_is_valid_draft_2020_12():
     Draft202012Validator.check_schema(SCHEMA)
     assert SCHEMA["$schema"] == "https://json-schema.org/draft/2020-12/schema"
@@ -41,14 +47,14 @@ def test_json_validates_and_exit_code_follows_ok(here):
     assert data["ok"] == (not codes(data, "error"))
 
 
-def test_no_driver_is_reported_and_the_rest_is_checked(here):
+def test_no_driver_is_reported_and_the_rest_is_checked(here, here_text):
     _, data = here
     if data["machine"]["driver"]["status"] == "ok":
         pytest.skip("this machine has an NVIDIA driver")
     assert data["machine"]["driver"]["status"] == "no-driver"
     assert "no-gpu" in codes(data, "info")
     assert data["machine"]["torch"]["installed"] and data["machine"]["compilers"]["gxx"]["version"]
-    text = doctor()  # no driver is not an error: the exit status is whatever else this machine has
+    text = here_text  # no driver is not an error: the exit status is whatever else this machine has
     assert "no-gpu" in text.stdout and text.returncode == (1 if codes(data, "error") else 0)
 
 
@@ -332,11 +338,11 @@ def _machine_rows(text: str) -> list[str]:
     return [line.split("│")[1].strip() for line in table if line.startswith("│")]
 
 
-def test_the_docs_sample_is_a_real_runs_printout():
+def test_the_docs_sample_is_a_real_runs_printout(here_text):
     """docs/doctor.md shows what doctor prints: the rows of its machine table and, read through a pipe, one line
     per finding."""
     shown = (REPO / "docs" / "doctor.md").read_text().split("$ gptforge doctor\n", 1)[1].split("```", 1)[0]
-    real = doctor().stdout
+    real = here_text.stdout
     assert _machine_rows(shown) == _machine_rows(real)
     rows = [line for line in shown.split("\nfindings\n", 1)[1].splitlines() if line.startswith("│ ")]
     assert rows and all(row.split("│")[1].strip() for row in rows)  # no row folded onto a second line

@@ -1,5 +1,6 @@
 """Crash safety: the process SIGKILLs itself after the k-th file-system change (for every k of a
-run), then the prefix is checked, the repair rerun, and --undo compared with the original."""
+run), then the prefix is checked, the repair rerun, and --undo compared with the original. The killed runs are
+processes of their own; the runs after them run in the test's process (run_main)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import signal
 
 import pytest
 
-from conftest import dangling, install_library, run_cli, snapshot, symlink, write
+from conftest import dangling, install_library, run_cli, run_main, snapshot, symlink, write
 
 CRASH = "GPTFORGE_TEST_KILL_AT"
 
@@ -96,7 +97,7 @@ def test_killed_at_every_step_leaves_valid_links_and_recovers(broken_prefix, tmp
 def test_killed_during_undo_then_undo_again(broken_prefix):
     prefix = broken_prefix
     original = snapshot(prefix)
-    assert run_cli("fix-links", "--prefix", prefix).returncode == 0
+    assert run_main("fix-links", "--prefix", prefix).returncode == 0
     fixed = snapshot(prefix)
     allowed_dangling = dangling(prefix) | {rel for rel in original if rel in dangling_of(original, prefix)}
     k = 1
@@ -111,9 +112,9 @@ def test_killed_during_undo_then_undo_again(broken_prefix):
         new = {rel for rel in dangling(prefix) - allowed_dangling
                if not (".gptforge-tmp." in rel and now[rel][1] in restoring)}  # an originally dangling link being put back
         assert not new, f"undo killed at {k} left new dangling links {new}"
-        assert run_cli("fix-links", "--prefix", prefix, "--undo").returncode == 0
+        assert run_main("fix-links", "--prefix", prefix, "--undo").returncode == 0
         assert snapshot(prefix) == original, f"undo interrupted at {k} then rerun did not restore"
-        assert run_cli("fix-links", "--prefix", prefix).returncode == 0
+        assert run_main("fix-links", "--prefix", prefix).returncode == 0
         k += 1
     assert snapshot(prefix) == original
     assert k > 5

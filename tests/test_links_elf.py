@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gptforge.links.elf import read_soname
-from conftest import fake_library
+from conftest import examples, fake_library
 
 
 def _readelf_soname(path: str) -> str | None:
@@ -38,7 +38,7 @@ def test_real_toolkit_libraries_agree_with_readelf():
         assert read_soname(path) == _readelf_soname(path), path
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=600))
 def test_garbage_is_not_a_library(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("elf") / "libjunk.so.1"
@@ -46,7 +46,7 @@ def test_garbage_is_not_a_library(tmp_path_factory, data):
     assert read_soname(str(path)) is None
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(cut=st.integers(min_value=0, max_value=16000))
 def test_truncated_library_never_raises(tmp_path_factory, cut):
     whole = open(fake_library("libcut.so.3", 1), "rb").read()

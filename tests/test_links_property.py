@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from gptforge import links
 from gptforge.links.families import families_for
-from conftest import (dangling, gptforge_executable, install_library, regular_files, snapshot, symlink,
+from conftest import (dangling, examples, gptforge_executable, install_library, regular_files, snapshot, symlink,
                       without_state, write)
 
 CUDAS = [(12, 4), (12, 8), (13, 0)]
@@ -162,7 +162,7 @@ def check_invariants(spec: dict, prefix: str, before: dict, result) -> None:
         assert os.path.isfile(os.path.join(prefix, "include", "crt", "host_config.h"))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=prefixes())
 def test_fix_is_safe_idempotent_and_undoable(spec):
     prefix = tempfile.mkdtemp(prefix="gptforge-links-prop-")
@@ -217,7 +217,7 @@ def _thaw(path: str, root: bool) -> None:
         os.chmod(path, 0o755)
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=prefixes(), frozen=st.sets(st.sampled_from(["", "lib", "include", "targets/x86_64-linux/lib"]), min_size=1))
 def test_read_only_parts_are_reported_not_half_changed(spec, frozen):
     root = os.geteuid() == 0

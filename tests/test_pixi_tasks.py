@@ -156,8 +156,9 @@ def test_a_failing_step_stops_the_chain(tmp_path):
     assert names(ran)[-1] == "build-helpers" and ran[-1][1].returncode != 0
 
 
-def test_task_arguments_are_appended_to_the_command(tmp_path):
-    ran = WORKSPACE.run("cpu", "train-gpt2", ["train-iters=3", "eval-interval=3", "lr-warmup-iters=1", "--run-dir", str(tmp_path / "r")])
+def test_task_arguments_are_appended_to_the_command(tmp_path, train_data_cache):
+    ran = WORKSPACE.run("cpu", "train-gpt2", ["train-iters=3", "eval-interval=3", "lr-warmup-iters=1", "--run-dir",
+                                              str(tmp_path / "r"), f"data-cache-dir={train_data_cache}"])
     text = output(ran)
     assert ran[-1][1].returncode == 0, text
     assert "training the tiny config (gpt2-tiny) on the CPU" in text

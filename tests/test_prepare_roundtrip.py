@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from gptforge.data.indexed import IndexedDataset
 from gptforge.data.prepare import prepare
 from gptforge.data.summary import summarize
@@ -47,7 +48,7 @@ def _check_round_trip(prefix: Path, docs: list[str], tok, append_eod: bool) -> N
     assert summary.tokens == sum(len(tok.encode(d)) + (1 if d and append_eod else 0) for d in docs)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(docs=CORPUS, append_eod=st.booleans(), chunked=st.booleans())
 def test_gpt2_round_trip(tmp_path_factory, docs, append_eod, chunked):
     tmp = tmp_path_factory.mktemp("rt")

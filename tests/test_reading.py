@@ -9,10 +9,11 @@ import threading
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from conftest import examples
 from gptforge.errors import FileReadError, GptforgeError
 from gptforge.reading import depth, parse_json, parse_toml, parse_yaml, read_bytes, read_json, read_toml, read_yaml
 
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FAST = settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 READERS = [read_json, read_toml, read_yaml, read_bytes]
 
 

@@ -9,19 +9,20 @@ import signal
 import pytest
 import torch
 
-from conftest import SMALL, run_cli
+from conftest import SMALL, run_cli, run_main
 from gptforge.train import checkpoint
 
 # A small but complete setup: dropout (RNG state matters), gradient accumulation 2, eval and save every 4.
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.getbasetemp() / "train-data-cache"
+@pytest.fixture(scope="session")
+def cache(train_data_cache):
+    return train_data_cache
 
 
-def train(run_dir, cache, *extra, kill_at=None, cwd=None):
+def train(run_dir, cache, *extra, kill_at=None, cwd=None, in_process=False):
+    """The run as its own process (killed or compared bit for bit), or IN_PROCESS where neither matters."""
     env = {"OMP_NUM_THREADS": "1", **({"GPTFORGE_TEST_KILL_AT": kill_at} if kill_at else {})}
-    return run_cli("train", "--config", "gpt2-tiny", "--run-dir", str(run_dir), *SMALL, f"data-cache-dir={cache}",
-                   *extra, env=env, cwd=cwd)
+    return (run_main if in_process else run_cli)("train", "--config", "gpt2-tiny", "--run-dir", str(run_dir), *SMALL,
+                                                 f"data-cache-dir={cache}", *extra, env=env, cwd=cwd)
 
 
 def history(run_dir) -> list[tuple]:
@@ -133,7 +134,8 @@ def test_killed_save_is_never_picked_up(tmp_path, cache):
     assert not (root / "step_00000008").exists()
     assert [p.name for p in checkpoint.complete_checkpoints(root)] == ["step_00000004"]
     assert (root / "latest").read_text().strip() == "step_00000004"
-    resumed = train(run_dir, cache, "--resume", "train-iters=8", "--json", cwd=tmp_path)  # stop right after step 8
+    # stop right after step 8
+    resumed = train(run_dir, cache, "--resume", "train-iters=8", "--json", cwd=tmp_path, in_process=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert not staged.exists()  # the leftover was cleaned, the step saved again in full
     changed = [n["message"] for n in json.loads(resumed.stdout)["notes"] if n["code"] == "resume-config-changed"]
@@ -143,10 +145,10 @@ def test_killed_save_is_never_picked_up(tmp_path, cache):
 
 def test_keep_last_prunes_old_checkpoints(tmp_path, cache):
     run_dir = tmp_path / "run"
-    proc = train(run_dir, cache, "keep-last=1", cwd=tmp_path)
+    proc = train(run_dir, cache, "keep-last=1", "train-iters=8", cwd=tmp_path, in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    assert names == ["latest", "step_00000012"]
+    assert names == ["latest", "step_00000008"]
 
 
 def test_a_resume_names_every_key_that_differs_from_the_runs_saved_config(tmp_path):

@@ -1,4 +1,5 @@
-"""`gptforge train` bad input: one line, non-zero exit, no traceback, nothing written; NaN loss reported."""
+"""`gptforge train` bad input: one line, non-zero exit, no traceback, nothing written; NaN loss reported. The cases
+run in this process (run_main); the runs without torch start the installed command, as test_resume.py's do."""
 
 from __future__ import annotations
 
@@ -8,14 +9,7 @@ import os
 
 import pytest
 
-from conftest import TINY, one_line_error, run_cli
-
-ONE_THREAD = {"OMP_NUM_THREADS": "1"}
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.getbasetemp() / "train-data-cache"
+from conftest import TINY, one_line_error, run_cli, run_main, tiny_train_args
 
 
 @pytest.mark.parametrize("args,env,needles", [
@@ -28,7 +22,7 @@ def cache(tmp_path_factory):
     (["--deepspeed", "nope.json"], {}, ["--deepspeed", "cannot read nope.json: not found"]),
 ])
 def test_bad_input_fails_before_any_work(tmp_path, args, env, needles):
-    proc = run_cli("train", "--run-dir", str(tmp_path / "run"), *args, env=env, cwd=tmp_path)
+    proc = run_main("train", "--run-dir", str(tmp_path / "run"), *args, env=env, cwd=tmp_path)
     one_line_error(proc, 2, *needles)
     assert not (tmp_path / "run").exists() and not (tmp_path / ".gptforge").exists()
 
@@ -39,20 +33,20 @@ def test_bad_input_fails_before_any_work(tmp_path, args, env, needles):
 ])
 def test_run_dir_that_cannot_be_made(tmp_path, where, needle):
     (tmp_path / "a-file").write_text("")
-    proc = run_cli("train", "--run-dir", where, *TINY, cwd=tmp_path)
+    proc = run_main("train", "--run-dir", where, *TINY, cwd=tmp_path)
     one_line_error(proc, 2, "--run-dir", needle)
     assert not (tmp_path / ".gptforge").exists() and list(tmp_path.iterdir()) == [tmp_path / "a-file"]
 
 
 def test_resume_without_a_run_to_continue(tmp_path):
-    proc = run_cli("train", "--resume", *TINY, cwd=tmp_path)
+    proc = run_main("train", "--resume", *TINY, cwd=tmp_path)
     one_line_error(proc, 2, "--resume", "no run under runs/gpt2-tiny* holds a checkpoint")
     assert not (tmp_path / "runs").exists() and not (tmp_path / ".gptforge").exists()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is not None, reason="DeepSpeed is installed here")
 def test_deepspeed_asked_for_but_not_installed(tmp_path):
-    proc = run_cli("train", "--run-dir", str(tmp_path / "run"), *TINY, "--deepspeed", "zero2", cwd=tmp_path)
+    proc = run_main("train", "--run-dir", str(tmp_path / "run"), *TINY, "--deepspeed", "zero2", cwd=tmp_path)
     one_line_error(proc, 2, "--deepspeed", "DeepSpeed is not installed")
     assert not (tmp_path / "run").exists()
 
@@ -60,44 +54,40 @@ def test_deepspeed_asked_for_but_not_installed(tmp_path):
 def test_deepspeed_batch_disagreement(tmp_path):
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps({"train_batch_size": 64, "zero_optimization": {"stage": 2}}))
-    proc = run_cli("train", "--run-dir", str(tmp_path / "run"), "--deepspeed", str(ds), cwd=tmp_path)
+    proc = run_main("train", "--run-dir", str(tmp_path / "run"), "--deepspeed", str(ds), cwd=tmp_path)
     one_line_error(proc, 2, "train_batch_size=64", "disagrees with the run config (16)")
 
 
-def test_checkpoint_from_another_shape_is_refused(tmp_path, cache):
-    run_dir = tmp_path / "run"
-    ok = run_cli("train", "--run-dir", str(run_dir), *TINY, "train-iters=2", "save-interval=2",
-                 f"data-cache-dir={cache}", cwd=tmp_path, env=ONE_THREAD)
-    assert ok.returncode == 0, ok.stderr[-2000:]
-    proc = run_cli("train", "--run-dir", str(run_dir), "--resume", *TINY, "hidden-size=64", "train-iters=4",
-                   f"data-cache-dir={cache}", cwd=tmp_path, env=ONE_THREAD)
+def test_checkpoint_from_another_shape_is_refused(tmp_path, tiny_run_copy, train_data_cache):
+    proc = run_main(*tiny_train_args(tiny_run_copy, train_data_cache, "--resume", "hidden-size=64", "train-iters=8"),
+                    cwd=tmp_path)
     one_line_error(proc, 2, "--resume", "another model shape", "hidden_size=32 (config: 64)")
-    again = run_cli("train", "--run-dir", str(run_dir), *TINY, "train-iters=2", f"data-cache-dir={cache}", cwd=tmp_path)
-    one_line_error(again, 2, "already holds checkpoints (newest step_00000002)", "pass --resume")
+    again = run_main(*tiny_train_args(tiny_run_copy, train_data_cache, "train-iters=8"), cwd=tmp_path)
+    one_line_error(again, 2, "already holds checkpoints (newest step_00000004)", "pass --resume")
 
 
-def test_non_finite_loss_is_reported_with_its_step(tmp_path, cache):
-    proc = run_cli("train", "--run-dir", str(tmp_path / "run"), *TINY, "train-iters=20", "lr=1e30", "min-lr=0",
-                   "clip-grad=0", f"data-cache-dir={cache}", cwd=tmp_path, env=ONE_THREAD)
+def test_non_finite_loss_is_reported_with_its_step(tmp_path, train_data_cache):
+    proc = run_main("train", "--run-dir", str(tmp_path / "run"), *TINY, "train-iters=20", "lr=1e30", "min-lr=0",
+                    "clip-grad=0", f"data-cache-dir={train_data_cache}", cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert "Traceback" not in proc.stderr
     assert last.startswith("gptforge: error: training loss is") and " at step " in last, last
 
 
-def test_list_keys_and_configs(cli):
-    keys = cli("train", "--list-keys")  # the default config's values, not the dataclass defaults
+def test_list_keys_and_configs():
+    keys = run_main("train", "--list-keys")  # the default config's values, not the dataclass defaults
     assert keys.returncode == 0 and "global-batch-size = 16 " in keys.stdout and "# samples per optimizer step" in keys.stdout
-    big = cli("train", "--config", "gpt2-124m", "--list-keys", "lr=1e-4")
+    big = run_main("train", "--config", "gpt2-124m", "--list-keys", "lr=1e-4")
     assert "global-batch-size = 512 " in big.stdout and "lr = 0.0001 " in big.stdout
-    configs = cli("train", "--list-configs")
+    configs = run_main("train", "--list-configs")
     assert configs.stdout.split() == ["gpt2-1.5b", "gpt2-124m", "gpt2-124m-hopper", "gpt2-350m", "gpt2-774m", "gpt2-tiny"]
 
 
-def test_a_ten_step_smoke_run_just_works(tmp_path, cache):
+def test_a_ten_step_smoke_run_just_works(tmp_path, train_data_cache):
     """`gptforge train train-iters=10`: the default warmup (a fraction of the run) fits in it."""
-    proc = run_cli("train", "train-iters=10", "--run-dir", str(tmp_path / "run"), f"data-cache-dir={cache}",
-                   cwd=tmp_path, env=ONE_THREAD)
+    proc = run_main("train", "train-iters=10", "--run-dir", str(tmp_path / "run"), f"data-cache-dir={train_data_cache}",
+                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done: 10 steps, validation loss" in proc.stdout and "nan" not in proc.stdout
     assert "estimate on cpu: at least" in proc.stdout and "hopeless" not in proc.stdout

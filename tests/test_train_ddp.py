@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_main
 
 SMALL = ["--config", "gpt2-tiny", "num-layers=1", "hidden-size=32", "num-attention-heads=2", "seq-length=32",
          "max-position-embeddings=32", "micro-batch-size=4", "global-batch-size=8", "train-iters=6",
@@ -20,11 +20,11 @@ def losses(run_dir) -> list[tuple]:
     return [(r["kind"], r["step"], r["loss"]) for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
 
 
-def test_two_process_ddp_matches_accumulation(tmp_path_factory, tmp_path):
-    cache = tmp_path_factory.getbasetemp() / "train-data-cache"
+def test_two_process_ddp_matches_accumulation(train_data_cache, tmp_path):
+    cache = train_data_cache
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    single = run_cli("train", "--run-dir", str(tmp_path / "single"), *SMALL, f"data-cache-dir={cache}",
-                     cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
+    single = run_main("train", "--run-dir", str(tmp_path / "single"), *SMALL, f"data-cache-dir={cache}",
+                      cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})  # the reference, in this process
     assert single.returncode == 0, single.stderr[-3000:]
     ddp = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "gptforge",

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import lose_a_node_and_requeue, run_cli
+from conftest import lose_a_node_and_requeue, run_cli, run_main
 
 torch = pytest.importorskip("torch")
 
@@ -141,7 +141,7 @@ def test_checkpoint_index_that_would_run_code_is_refused(tmp_path):
 @pytest.mark.parametrize("flags, named", [(["--fsdp", "--deepspeed", "zero2"], "--fsdp"),
                                           (["--fsdp-unit", "model"], "--fsdp-unit")])
 def test_engine_flags_that_do_not_go_together_are_usage_errors(tmp_path, flags, named):
-    proc = run_cli("train", "--run-dir", str(tmp_path / "run"), *flags, cwd=tmp_path)
+    proc = run_main("train", "--run-dir", str(tmp_path / "run"), *flags, cwd=tmp_path)
     assert proc.returncode == 2
     assert named in proc.stderr and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) <= 2
     assert not (tmp_path / "run").exists()

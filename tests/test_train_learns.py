@@ -1,4 +1,5 @@
-"""The tiny config learns the embedded corpus on CPU; a run leaves metrics, TensorBoard events, a plot."""
+"""The tiny config learns the embedded corpus on CPU; a run leaves metrics, TensorBoard events, a plot. The run and
+the samples run in this process (run_main)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_main
 from gptforge.train.metrics import read_records
 
 # Measured (docs/train.md): gpt2-tiny (2048-token BPE), 200 steps on the embedded corpus, CPU fp32:
@@ -19,15 +20,10 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # steadier than two threads on a shared t
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.getbasetemp() / "train-data-cache"
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory, cache):
+def tiny_run(tmp_path_factory, train_data_cache):
     workdir = tmp_path_factory.mktemp("learn")
-    proc = run_cli("train", "--config", "gpt2-tiny", "--run-dir", str(workdir / "run"), "train-iters=200",
-                   f"data-cache-dir={cache}", "--json", cwd=workdir, env=ONE_THREAD)
+    proc = run_main("train", "--config", "gpt2-tiny", "--run-dir", str(workdir / "run"), "train-iters=200",
+                    f"data-cache-dir={train_data_cache}", "--json", cwd=workdir, env=ONE_THREAD)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return workdir / "run", json.loads(proc.stdout), proc.stderr
 
@@ -68,18 +64,18 @@ def test_a_run_that_repeats_its_data_says_its_training_loss_is_not_held_out():
     assert note.code == "data-repeats" and " 10.2 " in note.message
 
 
-def test_sample_from_the_trained_run(tiny_run, cli):
+def test_sample_from_the_trained_run(tiny_run):
     run_dir, _, _ = tiny_run
-    proc = cli("sample", "--checkpoint", str(run_dir), "--prompt", "The list", "--max-new-tokens", "30", "--json")
+    proc = run_main("sample", "--checkpoint", str(run_dir), "--prompt", "The list", "--max-new-tokens", "30", "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["step"] == 200 and out["tokens"] == 30 and out["completion"]
-    again = cli("sample", "--checkpoint", str(run_dir), "--prompt", "The list", "--max-new-tokens", "30", "--json")
+    again = run_main("sample", "--checkpoint", str(run_dir), "--prompt", "The list", "--max-new-tokens", "30", "--json")
     assert json.loads(again.stdout)["completion"] == out["completion"]  # seeded
 
 
-def test_sample_without_a_checkpoint_is_one_line(tmp_path, cli):
-    proc = cli("sample", "--checkpoint", str(tmp_path), "--prompt", "x")
+def test_sample_without_a_checkpoint_is_one_line(tmp_path):
+    proc = run_main("sample", "--checkpoint", str(tmp_path), "--prompt", "x")
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1
     assert "no complete checkpoint" in proc.stderr
 

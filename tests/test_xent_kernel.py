@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from gptforge.model.loss import xent, xent_torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +34,7 @@ def autograd_reference(logits: torch.Tensor, targets: torch.Tensor, vocab_size: 
     return rows.detach(), leaf.grad
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(rows=st.integers(1, 9), vocab=st.integers(2, 70), pad=st.integers(0, 9), seed=st.integers(0, 2**16),
        spread=st.sampled_from([0.1, 3.0, 30.0]))
 def test_torch_xent_is_the_autograd_cross_entropy(rows, vocab, pad, seed, spread):

@@ -25,7 +25,7 @@ class Estimate:
     flops_per_second: float  # measured matmul throughput
     step_seconds: float  # at least, per optimizer step (all data-parallel ranks together)
     run_seconds: float  # at least, for the steps left and their evaluations
-    fits: str | None  # the largest packaged config whose whole run is not hopeless here
+    fits: str | None  # the largest packaged config whose whole run is not hopeless here (looked up for a hopeless run)
 
     @property
     def hopeless(self) -> bool:
@@ -94,7 +94,9 @@ def estimate(cfg: TrainConfig, vocab_size: int, device: torch.device, *, world_s
     measured = matmul_flops_per_second(device, dtype, cfg.hidden_size, cfg.micro_batch_size * cfg.seq_length)
     speed = measured * world_size
     step, total = run_flops(cfg, vocab_size, cfg.train_iters if steps_left is None else steps_left)
-    return Estimate(config_name, device.type, measured, step / speed, total / speed, _largest_that_fits(speed, vocab_size))
+    # every packaged config's model is built to count its FLOPs: only a hopeless run names one
+    fits = _largest_that_fits(speed, vocab_size) if total / speed > HOPELESS_SECONDS else None
+    return Estimate(config_name, device.type, measured, step / speed, total / speed, fits)
 
 
 def _largest_that_fits(speed: float, vocab_size: int) -> str | None:
