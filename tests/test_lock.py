@@ -191,8 +191,10 @@ def _mutate_wheel_tags(root):
     return "wheel-tags-mismatch"
 
 
+# the changed extra's check is also the first step of test_a_changed_extra_fails_the_check_until_relocked
 MUTATIONS = [_mutate_pin, _mutate_missing_dependency, _mutate_pypi_hash, _mutate_other_cuda_build, _mutate_nvcc,
-             _mutate_drop_extra_package, _mutate_extra_in_pyproject, _mutate_unknown_extra, _mutate_duplicate_export,
+             _mutate_drop_extra_package, pytest.param(_mutate_extra_in_pyproject, marks=pytest.mark.slow),
+             _mutate_unknown_extra, _mutate_duplicate_export,
              _mutate_drop_purls, _mutate_drop_torch_index, _mutate_virtual_package, _mutate_named_platform, _mutate_stray_pypi_package,
              _mutate_wheel_tags]
 
