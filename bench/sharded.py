@@ -10,7 +10,7 @@ torch.cuda.max_memory_allocated. --profile names variants whose run ends with --
 torch.profiler (rank 0): ops by self device time and by self host time, and the device's idle time per step.
 
     python3 bench/sharded.py --gpus 2 --models 124m 350m --engines ddp fsdp zero2 zero3
-    python3 bench/sharded.py --gpus 2 --engines ddp fsdp-keep zero2 --profile fsdp-keep zero2 --deadline 420
+    python3 bench/sharded.py --gpus 2 --engines ddp fsdp zero2 --profile fsdp-block zero2 --deadline 420
     python3 bench/sharded.py --weak-scaling 1 4 --models 124m --engines ddp fsdp
 
 Writes OUT/sharded.json and OUT/sharded.md (the table; scaling.* for weak scaling), OUT/<run>.log and
@@ -40,13 +40,12 @@ SYNCS_BACK = {"bf16": {"check_grad_overflow": True}, "timers": {"throughput": {"
 # module-level choices of the engines, "compile": False for eager, "needs": "nvcc" where DeepSpeed builds an op
 VARIANTS = {
     "ddp": {},
-    "fsdp": {"fsdp": "block"},
-    "fsdp-keep": {"fsdp": "block", "patches": {f"{FSDP}.KEEP_WHOLE_BLOCKS": True}},
-    "fsdp-model": {"fsdp": "model"},
+    "fsdp": {"fsdp": "model"},
+    "fsdp-block": {"fsdp": "block"},
     "zero2": {"deepspeed": "zero2"},
     "zero2-syncs": {"deepspeed": "zero2", "ds": SYNCS_BACK},  # DeepSpeed's own throughput timer and overflow check on
     "zero2-eager": {"deepspeed": "zero2", "compile": False},
-    "zero2-module": {"deepspeed": "zero2", "patches": {f"{DEEPSPEED}.COMPILE_WHOLE_MODULE": True}},
+    "zero2-blocks": {"deepspeed": "zero2", "patches": {f"{DEEPSPEED}.COMPILE_WHOLE_MODULE": False}},
     "zero2-nooverlap": {"deepspeed": "zero2", "ds": {"zero_optimization": {"overlap_comm": False}}},
     "zero2-bucket2e8": {"deepspeed": "zero2", "ds": {"zero_optimization": {"reduce_bucket_size": 200_000_000,
                                                                           "allgather_bucket_size": 200_000_000}}},

@@ -77,7 +77,7 @@ def main() -> int:
     trainer.setup()
     main_rank = trainer.env.is_main
     if main_rank:
-        print("\n".join(trainer.notes), flush=True)
+        print("\n".join(note.message for note in trainer.notes), flush=True)
     try:
         started = time.perf_counter()
         warm = []
@@ -104,7 +104,7 @@ def main() -> int:
               "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if trainer.device.type == "cuda" else None,
               "last_loss": timed[-1]["loss"], "losses": [r["loss"] for r in warm + timed],
               "grad_norms": [r["grad_norm"] for r in warm + timed], "graph_breaks": sum(counters["graph_break"].values()),
-              "graphs": counters["stats"].get("unique_graphs", 0), "notes": trainer.notes, "profile": gaps}
+              "graphs": counters["stats"].get("unique_graphs", 0), "notes": [note.message for note in trainer.notes], "profile": gaps}
     Path(spec["result"]).write_text(json.dumps(result, indent=1))
     return 0
 

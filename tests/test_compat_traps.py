@@ -49,8 +49,26 @@ def test_flash_attn_floors_follow_the_release():
     assert codes(flash_attn="2.6.3", cuda="11.6") == set()
     assert codes(flash_attn="2.7.4.post1", cuda="11.6") == {"flash-attn-unsupported"}
     assert codes(flash_attn="3.0.0b1", cuda="12.4", ccs=((8, 0),)) == {"flash-attn-arch-unsupported"}
-    assert codes(flash_attn="2.8.3", ccs=((12, 0),)) == {"flash-attn-arch-unsupported"}
     assert codes(flash_attn="2.8.3", ccs=((8, 9),)) == set()
+
+
+def test_flash_attn_kernels_follow_the_nvcc_that_builds_them():
+    """setup.py adds sm_100 and sm_120 from 2.7.3 on, and only when nvcc >= 12.8; its cubins carry no PTX."""
+    assert codes(flash_attn="2.8.3", torch="2.10.0+cu128", ccs=((12, 0),)) == set()
+    assert codes(flash_attn="2.8.3", cuda="12.8", ccs=((12, 0),)) == set()
+    assert codes(flash_attn="2.7.3", cuda="12.9", ccs=((10, 0),)) == set()
+    assert "flash-attn-arch-unsupported" in codes(flash_attn="2.7.2", cuda="12.8", ccs=((12, 0),))
+    assert "flash-attn-arch-unsupported" in codes(flash_attn="2.8.3", cuda="12.6", ccs=((12, 0),))
+    assert "flash-attn-arch-unsupported" in codes(flash_attn="2.6.3", cuda="11.7", ccs=((9, 0),))
+    assert codes(flash_attn="2.6.3", cuda="11.8", ccs=((9, 0),)) == set()
+
+
+@given(st.sampled_from(["2.5.8", "2.7.4.post1", "2.8.3"]), st.sampled_from(["12.6", "12.8", "12.9", "13.0"]),
+       st.sampled_from([(8, 0), (8, 6), (9, 0), (10, 0), (12, 0)]))
+def test_a_newer_nvcc_never_loses_flash_attn_kernels(release, cuda, cc):
+    older = "flash-attn-arch-unsupported" in codes(flash_attn=release, cuda="12.4", ccs=(cc,))
+    newer = "flash-attn-arch-unsupported" in codes(flash_attn=release, cuda=cuda, ccs=(cc,))
+    assert older or not newer
 
 
 def test_recipes_by_arch_and_fp8_flag():

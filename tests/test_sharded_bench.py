@@ -54,14 +54,14 @@ def test_dry_run_on_the_cpu(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--device", "cpu", "--models", "tiny", "--micro", "4", "--per-gpu-batch", "8",
-         "--warmup", "2", "--steps", "3", "--profile-steps", "2", "--engines", "ddp", "fsdp-keep", "--profile", "fsdp-keep",
+         "--warmup", "2", "--steps", "3", "--profile-steps", "2", "--engines", "ddp", "fsdp", "--profile", "fsdp",
          "--out", str(out), "--data-cache-dir", str(tmp_path / "data"), "--set", *TINY],
         capture_output=True, text=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads((out / "sharded.json").read_text())
-    assert [(r["engine"], r["rc"], r["steps_timed"]) for r in rows] == [("ddp", 0, 3), ("fsdp-keep", 0, 3)]
+    assert [(r["engine"], r["rc"], r["steps_timed"]) for r in rows] == [("ddp", 0, 3), ("fsdp", 0, 3)]
     assert rows[0]["last_loss"] == pytest.approx(rows[1]["last_loss"], rel=1e-4)  # one schedule, the same training
-    assert "| tiny | fsdp-keep | 2 | 16 |" in (out / "sharded.md").read_text()
-    profile = (out / "tiny-fsdp-keep.profile.txt").read_text()
+    assert "| tiny | fsdp | 2 | 16 |" in (out / "sharded.md").read_text()
+    profile = (out / "tiny-fsdp.profile.txt").read_text()
     assert "sorted by self_cpu_time_total" in profile and "FSDP::" in profile
     assert not (out / "tiny-ddp.profile.txt").exists()

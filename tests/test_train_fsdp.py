@@ -95,37 +95,6 @@ def test_engine_state_round_trips_through_dcp(group, tmp_path, unit):
     assert torch.equal(engine.step(), other.step())
 
 
-def test_blocks_kept_whole_through_the_step_train_as_resharded_blocks_do(group, monkeypatch):
-    from torch.distributed.tensor import DTensor
-
-    from gptforge.train import fsdp
-    from gptforge.train.config import load_config
-
-    env, device = group
-    cfg, _ = load_config("gpt2-tiny", ["num-layers=2", "hidden-size=32", "num-attention-heads=2", "seq-length=16",
-                                       "max-position-embeddings=16", "lr-warmup-iters=1"])
-    x = torch.randint(0, 64, (4, 16))
-
-    def two_steps():
-        engine = tiny_engine(cfg, device, env, "block")
-        whole_between_micro_batches, norms = [], []
-        for _ in range(2):
-            engine.micro_step(x, x, is_last=False)
-            whole_between_micro_batches.append(not isinstance(engine.model.blocks[0].mlp.fc.weight, DTensor))
-            engine.micro_step(x, x, is_last=True)
-            norms.append(engine.step())
-        return engine, whole_between_micro_batches, norms
-
-    resharded, whole, norms = two_steps()
-    assert whole == [False, False]
-    monkeypatch.setattr(fsdp, "KEEP_WHOLE_BLOCKS", True)
-    kept, kept_whole, kept_norms = two_steps()
-    assert kept_whole == [True, True]
-    assert torch.equal(torch.stack(norms), torch.stack(kept_norms))
-    for (name, a), (_, b) in zip(resharded.model.named_parameters(), kept.model.named_parameters()):
-        assert torch.equal(a.full_tensor(), b.full_tensor()), name
-
-
 def test_compiled_blocks_share_one_graph_and_leave_the_engines_hooks_outside_it():
     """An engine's hook on a block that torch.compile cannot trace (ZeRO-3's, which read each module's id and
     gather its weights) would break the block's graph and be compiled on its own for every block;

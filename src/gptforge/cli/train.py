@@ -39,8 +39,8 @@ def register(subparsers, groups) -> None:
                    "(ZeRO stage, bf16/fp16); launch with the deepspeed launcher")
     p.add_argument("--fsdp", action="store_true", help="shard parameters, gradients and optimizer state over the "
                    "processes with PyTorch FSDP2; launch with torchrun")
-    p.add_argument("--fsdp-unit", choices=("block", "model"), help="with --fsdp: block (default; each block gathered "
-                   "when needed, the least memory) or model (gathered once per step, fewest collectives)")
+    p.add_argument("--fsdp-unit", choices=("block", "model"), help="with --fsdp: model (default; the weights gathered "
+                   "once per step, fewest collectives) or block (each block gathered when needed, the least memory)")
     p.add_argument("--json", action="store_true", help="logs to stderr, a JSON summary to stdout")
     p.add_argument("--list-configs", action="store_true", help="print the packaged configs and exit")
     p.add_argument("--list-keys", action="store_true", help="print every config key with its value in --config (and the overrides) and what it means, then exit")
@@ -94,7 +94,7 @@ def run_train(args) -> int:
 
     opts = RunOptions(run_dir=args.run_dir, config_name=Path(args.config).stem, resume=args.resume,
                       device=args.device, deepspeed=args.deepspeed,
-                      fsdp=(args.fsdp_unit or "block") if args.fsdp else None)
+                      fsdp=(args.fsdp_unit or "model") if args.fsdp else None)
     console = Console(stderr=args.json, soft_wrap=True)
     result = train(cfg, opts, console=console)
 

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from packaging.version import Version
 
 from gptforge.compat.arch_rules import arch_list_fix
-from gptforge.compat.arches import CC, parse_arch, runs_on
+from gptforge.compat.arches import CC, Arch, parse_arch, runs_on
 from gptforge.compat.context import Context
 from gptforge.compat.facts import release_row
 from gptforge.compat.findings import Finding, Severity, no_data
 from gptforge.compat.rule_helpers import at_least
-from gptforge.core.versions import CudaVersion, format_cc, parse_cuda
+from gptforge.core.versions import format_cc, parse_cuda
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
@@ -100,9 +100,8 @@ def rule_flash_attn(ctx: Context, suggest: bool) -> Iterator[Finding]:
                       "whose floor your nvcc meets")
     low = parse_arch(row["cc_min"]).cc
     high = parse_arch(row["cc_max"]).cc if "cc_max" in row else None
-    sass = [parse_arch(a) for a in row.get("sass", "").split()]
-    if ctx.nvcc and ctx.nvcc.release < CudaVersion(11, 8):
-        sass = [a for a in sass if a.cc < (9, 0)]
+    sass = _flash_attn_kernels(ctx, row)
+    built_by = f" with nvcc {ctx.nvcc.release}" if ctx.nvcc and "flash_attn" not in ctx.prebuilt else ""
     for cc in ctx.ccs:
         if cc < low or (high and cc[0] > high[0]):
             span = f"CC {row['cc_min']}" + (f" to {row['cc_max']}" if high else "+")
@@ -112,8 +111,20 @@ def rule_flash_attn(ctx: Context, suggest: bool) -> Iterator[Finding]:
         elif sass and not any(runs_on(a, cc) for a in sass):
             yield Finding("flash-attn-arch-unsupported", E,
                           f"flash-attn {ctx.flash_attn} has no kernels for CC {format_cc(cc)} "
-                          f"(it builds {' '.join(a.sm for a in sass)}): 'no kernel image is available'",
-                          "use a flash-attn release with kernels for this GPU, or torch's scaled_dot_product_attention")
+                          f"(it builds {' '.join(a.sm for a in sass)}{built_by}): 'no kernel image is available'",
+                          "use a flash-attn release (and nvcc) with kernels for this GPU, "
+                          "or torch's scaled_dot_product_attention")
+
+
+def _flash_attn_kernels(ctx: Context, row: dict) -> list[Arch]:
+    """The cubins a flash-attn release builds: every arch of its setup.py whose nvcc floor the nvcc building it
+    meets. A prebuilt wheel was not built by the nvcc given, so it may hold any of them."""
+    sass = [parse_arch(a) for a in row.get("sass", "").split()]
+    nvcc = ctx.nvcc if "flash_attn" not in ctx.prebuilt else None
+    if nvcc is None:
+        return sass
+    floors = {parse_arch(a): parse_cuda(v) for a, v in row.get("sass_nvcc", {}).items()}
+    return [a for a in sass if a not in floors or nvcc.release >= floors[a]]
 
 
 def _te_reasons(ctx: Context, row: dict) -> list[str]:
@@ -161,6 +172,36 @@ def rule_transformer_engine(ctx: Context, suggest: bool) -> Iterator[Finding]:
                            if key in row)
         yield Finding("te-unsupported", E, f"{te} cannot run here: " + "; ".join(reasons),
                       f"meet {te}'s floor ({floors}) or uninstall it")
+
+
+def rule_te_flash_attn(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    """The flash-attn versions TE's attention accepts: outside them older releases fail, newer ones fall back."""
+    if ctx.transformer_engine is None or ctx.flash_attn is None:
+        return
+    te = f"TransformerEngine {ctx.transformer_engine}"
+    row = release_row(ctx.facts.extensions["transformer_engine"]["flash_attn"], ctx.transformer_engine)
+    if row is None:
+        yield no_data(f"the flash-attn versions {te} accepts")
+        return
+    blackwell = "flash_min_blackwell" in row and any(cc >= (10, 0) for cc in ctx.ccs)
+    low = Version(row["flash_min_blackwell" if blackwell else "flash_min"])
+    high = Version(row["flash_max"]) if "flash_max" in row else None
+    flash = Version(ctx.flash_attn.public)
+    if low <= flash and (high is None or flash <= high):
+        return
+    if "on_cc_min" in row and ctx.ccs and all(cc < parse_arch(row["on_cc_min"]).cc for cc in ctx.ccs):
+        return  # TE does not use flash-attn on these GPUs
+    span = f"{low} to {high}" if high else f"{low} or newer"
+    pin = f"flash-attn>={low},<={high}" if high else f"flash-attn>={low}"
+    if row["outside"] == "error":
+        bound = f"minimum version {low} is required" if flash < low else f"maximum version {high} is supported"
+        yield Finding("te-flash-attn-version", E,
+                      f"{te} accepts flash-attn {span}, not {flash}: AssertionError 'FlashAttention {bound}.'",
+                      f"pip install '{pin}', or set NVTE_FLASH_ATTN=0")
+    else:
+        yield Finding("te-flash-attn-version", W,
+                      f"{te} accepts flash-attn {span}, not {flash}: it logs 'Supported flash-attn versions are "
+                      f"...' and runs attention without flash-attn", f"pip install '{pin}' to have TE use it")
 
 
 def rule_deepspeed(ctx: Context, suggest: bool) -> Iterator[Finding]:

@@ -100,6 +100,7 @@ class TorchRelease:
     source: str
     extension: CppExtension = CppExtension()
     pypi_cuda: CudaVersion | None = None  # the CUDA of the release's PyPI wheels, where their METADATA pins none
+    wheels_complete: bool = False  # its pypi variants are every CUDA build download.pytorch.org has of it
 
     def variant(self, cuda: CudaVersion, channel: str | None = None) -> TorchVariant | None:
         found = [v for v in self.variants if _cuda_key(v.cuda) == _cuda_key(cuda)]
@@ -276,7 +277,8 @@ def _load_torch(facts: Facts) -> None:
                          for v in row.get("variant", []))
         pypi_cuda = parse_cuda(row["pypi_cuda"]) if "pypi_cuda" in row else None
         facts.torch[row["version"]] = TorchRelease(row["version"], (low, high), row["cxx"], variants, row["source"],
-                                                   extensions.get(row["version"], CppExtension()), pypi_cuda)
+                                                   extensions.get(row["version"], CppExtension()), pypi_cuda,
+                                                   "wheels_complete" in row)
     python = load_table("torch_python.toml")
     facts.torch_python = {row["version"]: tuple(Version(p) for p in row["python"]) for row in python["wheel"]}
     facts.torch_glibc = {row["version"]: Version(row["glibc"]) for row in python["wheel"] if "glibc" in row}

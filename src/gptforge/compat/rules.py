@@ -18,7 +18,7 @@ from gptforge.compat.arches import CC, Arch, runs_on
 from gptforge.compat.combination import Combination
 from gptforge.compat.context import Context, build_context
 from gptforge.compat.extension_rules import (rule_apex_contrib, rule_deepspeed, rule_flash_attn, rule_fp8,
-                                             rule_te_recipe, rule_transformer_engine)
+                                             rule_te_flash_attn, rule_te_recipe, rule_transformer_engine)
 from gptforge.compat.facts import facts, load_table, release_row
 from gptforge.compat.findings import Finding, Severity, unique
 from gptforge.compat.rule_helpers import at_least, env_hint, join_fixes
@@ -43,11 +43,24 @@ def rule_known_versions(ctx: Context, suggest: bool) -> Iterator[Finding]:
     if ctx.torch and ctx.torch_release is None:
         yield Finding("torch-unknown", W, f"torch {ctx.torch.release} is not in gptforge's tables; "
                       "torch rules were skipped", "add the release to compat/data/torch.toml")
+    elif ctx.torch_release and ctx.torch_cuda and ctx.torch_variant is None and _never_published(ctx):
+        tags = sorted({v.cuda.tag for v in ctx.torch_release.variants if v.channel == "pypi"})
+        yield Finding("torch-build-unpublished", E,
+                      f"torch {ctx.torch} was never published: the CUDA builds of torch {ctx.torch.version.public} "
+                      f"are {', '.join(tags)}", "install one of them: " + " or ".join(
+                          f"torch=={ctx.torch.version.public}+{tag}" for tag in tags))
     elif ctx.torch_release and ctx.torch_cuda and ctx.torch_variant is None:
         have = ", ".join(sorted({v.cuda.tag for v in ctx.torch_release.variants}))
         yield Finding("torch-cuda-variant-unknown", W,
                       f"no published torch {ctx.torch_release.release} build for CUDA {ctx.torch_cuda} (known: {have})",
                       f"install one of the published builds ({have})")
+
+
+def _never_published(ctx: Context) -> bool:
+    """A +cuXYZ build of a released torch version whose release lists every CUDA build it has."""
+    version = ctx.torch.version
+    return (ctx.torch.cuda is not None and ctx.torch_release.wheels_complete and not version.is_prerelease
+            and not version.is_postrelease and ctx.facts.python_tags(version) is not None)
 
 
 # --- driver ---------------------------------------------------------------------------------
@@ -282,6 +295,7 @@ RULES: tuple[Callable[[Context, bool], Iterator[Finding]], ...] = (
     rule_te_recipe,
     rule_flash_attn,
     rule_transformer_engine,
+    rule_te_flash_attn,
     rule_deepspeed,
     rule_torch_cpu_build,
     rule_wheels,

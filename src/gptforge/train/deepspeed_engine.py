@@ -20,8 +20,8 @@ from gptforge.train.engine import compile_blocks
 from gptforge.train.optim import build_scheduler, param_groups
 
 # ZeRO-1/2 without DeepCompile: the whole module compiled under the engine, one graph as under DDP, rather than
-# each block on its own (whose gradients, and so their reductions, are ready as soon as the block's backward ends)
-COMPILE_WHOLE_MODULE = False
+# each block on its own (measured faster: bench/results/sharded.md)
+COMPILE_WHOLE_MODULE = True
 # ZeRO-3 without DeepCompile: each block made a ZeRO-3 leaf module (its weights gathered at once, hooks on the
 # block alone) and compiled on its own, the hooks outside its graph; else the step runs eager
 COMPILE_ZERO3_BLOCKS = False

@@ -42,20 +42,16 @@ warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a vi
 
 
 UNITS = ("block", "model")
-# Unit "block": each block's weights freed after its forward and gathered again for its backward and for every
-# micro batch (False: the least memory), or kept whole from the step's first forward to its last backward
-# (True: one all-gather per block and step, each still overlapping the block before it)
-KEEP_WHOLE_BLOCKS = False
 
 
 def shard(model: torch.nn.Module, cfg: TrainConfig, precision: Precision, device: torch.device, world_size: int,
-          compile_options: dict, unit: str = "block") -> list[Finding]:
+          compile_options: dict, unit: str = "model") -> list[Finding]:
     """Compile (when asked for) and shard MODEL in place; returns the startup notes. Call it before the
     optimizer is built: the parameters become DTensor shards.
 
     UNIT "block": each block its own FSDP unit, gathered before its forward and again before its backward, so at
     most about two blocks are whole at once (the least memory; a block's collectives overlap its neighbour's
-    compute; KEEP_WHOLE_BLOCKS keeps them whole through the step instead). "model": one unit, gathered once per
+    compute). "model": one unit, gathered once per
     step and kept whole through its micro batches, the forward compiled as one graph as under DDP (sharded
     optimizer state and gradients, whole weights while stepping: fewest collectives and hooks, for models whose
     whole bf16 weights fit beside the activations)."""
@@ -68,7 +64,7 @@ def shard(model: torch.nn.Module, cfg: TrainConfig, precision: Precision, device
         last = len(model.blocks) - 1
         for i, block in enumerate(model.blocks):
             # the last block's weights are needed again at once by the backward: kept whole between the two
-            fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=i < last and not KEEP_WHOLE_BLOCKS)
+            fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=i < last)
         fully_shard(model, mesh=mesh, mp_policy=policy)
     else:
         fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
@@ -77,8 +73,7 @@ def shard(model: torch.nn.Module, cfg: TrainConfig, precision: Precision, device
             notes.append(Finding("compile-forward", Severity.INFO,
                                  "torch.compile: on, the whole forward as one graph (first steps include compilation)"))
     gathered = f"{precision.name} all-gathers, float32 reduce-scatters" if low else "float32 all-gathers and reduce-scatters"
-    units = ("one unit, whole weights kept through each step" if unit == "model" else
-             "one unit per block, whole weights kept through each step" if KEEP_WHOLE_BLOCKS else "one unit per block")
+    units = "one unit, whole weights kept through each step" if unit == "model" else "one unit per block"
     notes.append(Finding("fsdp", Severity.INFO, f"FSDP2 over {world_size} processes ({device.type}): parameters, "
                          f"gradients and optimizer state sharded, {units}; {gathered}"))
     return notes
@@ -88,9 +83,9 @@ class FSDPEngine(TorchEngine):
     """TorchEngine's step over sharded parameters: gradients reduce-scattered at the last micro batch only,
     the clipping norm summed over the shards, the state saved and loaded by every rank."""
 
-    def __init__(self, model, optimizer, cfg: TrainConfig, precision: Precision, accum: int, unit: str = "block"):
+    def __init__(self, model, optimizer, cfg: TrainConfig, precision: Precision, accum: int, unit: str = "model"):
         super().__init__(model, model, optimizer, cfg, precision, accum, ddp=False)
-        self.keep_whole = unit == "model" or KEEP_WHOLE_BLOCKS
+        self.keep_whole = unit == "model"
         self.whole_weights: dict | None = None
 
     def micro_step(self, x, y, is_last: bool) -> torch.Tensor:
