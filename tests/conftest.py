@@ -47,8 +47,8 @@ def run_cli(*args: str, env: dict | None = None, cwd: str | os.PathLike | None =
 def run_main(*args: str, env: dict | None = None, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
     """``gptforge ARGS`` run in this process, answered as ``run_cli`` answers: for tests of what a command does, not
     of its process (no interpreter start, no torch import per call; each command keeps a test through ``run_cli``).
-    ENV is set and CWD entered for the call only (OMP_NUM_THREADS sets torch's thread count, as at a process's
-    start); an uncaught exception fails the test with its traceback."""
+    ENV is set (a None value unsets the variable) and CWD entered for the call only (OMP_NUM_THREADS sets torch's
+    thread count, as at a process's start); an uncaught exception fails the test with its traceback."""
     import contextlib
     import io
 
@@ -61,7 +61,11 @@ def run_main(*args: str, env: dict | None = None, cwd: str | os.PathLike | None 
     saved_env, saved_cwd, saved_threads = dict(os.environ), os.getcwd(), torch and torch.get_num_threads()
     out, err = io.StringIO(), io.StringIO()
     try:
-        os.environ.update(env)
+        for name, value in env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         if "OMP_NUM_THREADS" in env:
             torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
         if cwd is not None:
@@ -402,8 +406,11 @@ def env(tmp_path):
     return prefix
 
 
+ACTIVATION_VARS = ("CONDA_PREFIX", "PIXI_PROJECT_ROOT", "PIXI_ENVIRONMENT_NAME")  # what an active environment sets
+
+
 def _clean_env() -> dict:
-    return {k: v for k, v in os.environ.items() if k not in ("CONDA_PREFIX", "PIXI_PROJECT_ROOT", "PIXI_ENVIRONMENT_NAME")}
+    return {k: v for k, v in os.environ.items() if k not in ACTIVATION_VARS}
 
 
 # gptforge doctor, run as a user runs it

@@ -1,5 +1,6 @@
 """fix-links example tests: the command line, where the prefix and the CUDA version come from,
-exit codes, and the refusals (files, outside links, read-only)."""
+exit codes, and the refusals (files, outside links, read-only). The command runs in this process (run_main) outside
+an active environment; the module entry point is started as a process."""
 
 from __future__ import annotations
 
@@ -10,15 +11,13 @@ import sys
 
 import pytest
 
-from conftest import _clean_env, install_library, snapshot, symlink, write
+from conftest import ACTIVATION_VARS, _clean_env, install_library, run_main, snapshot, symlink, write
 from gptforge.errors import UsageError
 from gptforge.links.expected import expected_cuda
 
 
 def _run(*args, env=None):
-    full = {**_clean_env(), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "gptforge", *args],
-                          capture_output=True, text=True, env=full)
+    return run_main(*args, env={**dict.fromkeys(ACTIVATION_VARS), **(env or {})})
 
 
 def test_module_entry_point_is_the_same_command(env):

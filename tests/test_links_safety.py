@@ -7,18 +7,17 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-from conftest import _clean_env, snapshot
+from conftest import ACTIVATION_VARS, run_main, snapshot
 
 UNDO = os.path.join(".gptforge", "links-undo.json")
 
 
 def fix_links(*args):
-    return subprocess.run([sys.executable, "-m", "gptforge", "fix-links", *args], capture_output=True, text=True,
-                          env=_clean_env())
+    """The command in this process (run_main), outside an active environment."""
+    return run_main("fix-links", *args, env=dict.fromkeys(ACTIVATION_VARS))
 
 
 def one_line_error(proc, *words, code=1):
