@@ -33,11 +33,9 @@ from importlib import resources
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FSDP = "gptforge.train.fsdp"
-DEEPSPEED = "gptforge.train.deepspeed_engine"
 SYNCS_BACK = {"bf16": {"check_grad_overflow": True}, "timers": {"throughput": {"enabled": True}}}
-# name: engine ("fsdp": the unit; "deepspeed": the packaged config), "ds": changes to that config, "patches":
-# module-level choices of the engines, "compile": False for eager, "needs": "nvcc" where DeepSpeed builds an op
+# name: engine ("fsdp": the unit; "deepspeed": the packaged config), "ds": changes to that config,
+# "compile": False for eager, "needs": "nvcc" where DeepSpeed builds an op
 VARIANTS = {
     "ddp": {},
     "fsdp": {"fsdp": "model"},
@@ -45,7 +43,6 @@ VARIANTS = {
     "zero2": {"deepspeed": "zero2"},
     "zero2-syncs": {"deepspeed": "zero2", "ds": SYNCS_BACK},  # DeepSpeed's own throughput timer and overflow check on
     "zero2-eager": {"deepspeed": "zero2", "compile": False},
-    "zero2-blocks": {"deepspeed": "zero2", "patches": {f"{DEEPSPEED}.COMPILE_WHOLE_MODULE": False}},
     "zero2-nooverlap": {"deepspeed": "zero2", "ds": {"zero_optimization": {"overlap_comm": False}}},
     "zero2-bucket2e8": {"deepspeed": "zero2", "ds": {"zero_optimization": {"reduce_bucket_size": 200_000_000,
                                                                           "allgather_bucket_size": 200_000_000}}},
@@ -53,7 +50,6 @@ VARIANTS = {
     "zero3": {"deepspeed": "zero3"},
     "zero3-syncs": {"deepspeed": "zero3", "ds": {"timers": SYNCS_BACK["timers"]}},
     "zero3-leaf": {"deepspeed": "zero3", "ds": {"zero_optimization": {"leaf_module": {"classes": ["gptforge.model.gpt.Block"]}}}},
-    "zero3-compiled": {"deepspeed": "zero3", "patches": {f"{DEEPSPEED}.COMPILE_ZERO3_BLOCKS": True}},
     "zero3-prefetch": {"deepspeed": "zero3", "ds": {"zero_optimization": {"stage3_prefetch_bucket_size": 200_000_000,
                                                                          "stage3_param_persistence_threshold": 1_000_000,
                                                                          "reduce_bucket_size": 200_000_000}}},
@@ -92,7 +88,7 @@ def worker_spec(name: str, model: str, global_batch: int, args, work: Path, out:
         overrides.insert(0, f"data-cache-dir={args.data_cache_dir}")
     return {"config": f"gpt2-{model}", "overrides": overrides + args.set, "run_dir": str(work / f"{model}-{name}"),
             "deepspeed": str(deepspeed_config(name, work)) if "deepspeed" in variant else None,
-            "fsdp": variant.get("fsdp"), "patches": variant.get("patches", {}), "device": args.device, "warmup": args.warmup,
+            "fsdp": variant.get("fsdp"), "device": args.device, "warmup": args.warmup,
             "steps": args.steps, "profile_steps": args.profile_steps if name in args.profile else 0,
             "result": str(work / f"{model}-{name}.result.json"), "profile": str(out / f"{model}-{name}.profile.txt")}
 

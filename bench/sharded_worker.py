@@ -3,8 +3,7 @@
 before step N's loss is read), with no evaluation and no checkpoint in the timed window.
 
 SPEC (a JSON object, the one argument): config, overrides, run_dir, deepspeed (a JSON path or null), fsdp (the
-unit or null), patches ({"module.NAME": value}: module-level choices of the engines, set before anything is
-built: the variant under test), device (cuda or cpu), warmup and steps (step counts), profile_steps (more steps
+unit or null), device (cuda or cpu), warmup and steps (step counts), profile_steps (more steps
 after the timed ones, rank 0 under torch.profiler; 0: none), result and profile (the files rank 0 writes: the
 measurement as JSON, the profiler's tables).
 """
@@ -12,7 +11,6 @@ measurement as JSON, the profiler's tables).
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import statistics
 import sys
@@ -21,14 +19,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def apply_patches(patches: dict) -> None:
-    for dotted, value in patches.items():
-        module_name, name = dotted.rsplit(".", 1)
-        module = importlib.import_module(module_name)
-        if not hasattr(module, name):
-            raise SystemExit(f"sharded_worker: {module_name} has no {name} to set (a variant names a choice that is gone)")
-        setattr(module, name, value)
 
 
 def profile_steps(trainer, steps: int, path: Path) -> dict:
@@ -60,7 +50,6 @@ def profile_steps(trainer, steps: int, path: Path) -> dict:
 
 def main() -> int:
     spec = json.loads(sys.argv[1])
-    apply_patches(spec.get("patches", {}))
     import torch
     from rich.console import Console
     from torch._dynamo.utils import counters

@@ -16,15 +16,7 @@ from gptforge.errors import FileReadError, GptforgeError, UsageError
 from gptforge.reading import read_json
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
-from gptforge.train.engine import compile_blocks
 from gptforge.train.optim import build_scheduler, param_groups
-
-# ZeRO-1/2 without DeepCompile: the whole module compiled under the engine, one graph as under DDP, rather than
-# each block on its own (measured faster: bench/results/sharded.md)
-COMPILE_WHOLE_MODULE = True
-# ZeRO-3 without DeepCompile: each block made a ZeRO-3 leaf module (its weights gathered at once, hooks on the
-# block alone) and compiled on its own, the hooks outside its graph; else the step runs eager
-COMPILE_ZERO3_BLOCKS = False
 
 
 def deepspeed_safe_globals() -> list:
@@ -96,30 +88,21 @@ def read_deepspeed_config(path: str, cfg: TrainConfig, world_size: int) -> dict:
 
 class DeepSpeedEngine:
     def __init__(self, raw_model, optimizer, cfg: TrainConfig, ds_config: dict, compile_options: dict | None = None):
-        """COMPILE_OPTIONS: torch.compile's arguments; None: eager. Where the DeepSpeed config turns DeepCompile on,
-        the whole module is compiled under the engine (its passes place ZeRO's collectives in the graph); else
-        under ZeRO-1/2 each block is compiled on its own before the engine wraps the model (or the whole module
-        under the engine, with COMPILE_WHOLE_MODULE), and under ZeRO-3 the step stays eager (its hooks on every
-        layer inside a block would be traced into the block's graph and recompile it for each layer), unless
-        COMPILE_ZERO3_BLOCKS makes each block one leaf module, hooked as a whole, and compiles it."""
+        """COMPILE_OPTIONS: torch.compile's arguments; None: eager. Under ZeRO-1/2, or with DeepCompile on in the
+        DeepSpeed config, the whole module is compiled under the engine, one graph as under DDP (faster than each
+        block on its own: bench/results/sharded.md). Under ZeRO-3 without DeepCompile the step stays eager: its
+        hooks on every layer would be traced into the graph and recompile it for each layer."""
         import deepspeed
 
         deep = bool(ds_config.get("compile", {}).get("deepcompile"))
         stage = ds_config.get("zero_optimization", {}).get("stage", 0)
-        whole = compile_options is not None and (deep or (COMPILE_WHOLE_MODULE and stage < 3))
+        whole = compile_options is not None and (deep or stage < 3)
         self.compile_note = Finding("compile-off", Severity.INFO, "torch.compile: off (compile=false)")
         if compile_options is not None and not whole:
-            if stage < 3 or COMPILE_ZERO3_BLOCKS:
-                if stage == 3:  # each block gathered whole, hooked as one module: no hook inside its graph
-                    from deepspeed.utils import set_z3_leaf_modules
-
-                    set_z3_leaf_modules(raw_model, [type(raw_model.blocks[0])])
-                self.compile_note = compile_blocks(raw_model, compile_options)
-            else:
-                self.compile_note = Finding(
-                    "compile-off-zero3", Severity.WARNING, "torch.compile: off under ZeRO-3 without DeepCompile (its "
-                    "hooks on every layer would break each block's graph); \"compile\": {\"deepcompile\": true} in the "
-                    "DeepSpeed config compiles it")
+            self.compile_note = Finding(
+                "compile-off-zero3", Severity.WARNING, "torch.compile: off under ZeRO-3 without DeepCompile (its "
+                "hooks on every layer would break each block's graph); \"compile\": {\"deepcompile\": true} in the "
+                "DeepSpeed config compiles it")
 
         self.raw_model = raw_model
         self.ds_config = ds_config
