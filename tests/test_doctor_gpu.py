@@ -39,8 +39,10 @@ def test_torch_sees_the_gpus_doctor_reports(report):
     _, data = report
     m = data["machine"]
     assert m["torch"]["cuda"] == torch.version.cuda and m["torch"]["cuda_available"] is True
-    for gpu in m["driver"]["gpus"]:
-        major, minor = torch.cuda.get_device_capability(gpu["index"])
+    by_uuid = {gpu["uuid"]: gpu for gpu in m["driver"]["gpus"]}  # NVML numbers every GPU; torch the visible ones
+    for index in range(torch.cuda.device_count()):
+        gpu = by_uuid[f"GPU-{torch.cuda.get_device_properties(index).uuid}"]
+        major, minor = torch.cuda.get_device_capability(index)
         assert gpu["compute_capability"] == f"{major}.{minor}"
 
 

@@ -26,6 +26,7 @@ class Gpu:
     compute_capability: str  # "9.0"
     memory_total_mib: int
     memory_free_mib: int
+    uuid: str | None = None  # "GPU-…": names the GPU across CUDA_VISIBLE_DEVICES' renumbering; None in older reports
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ def _gpu(pynvml, index: int) -> dict:
     memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
     return {
         "index": index,
+        "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
         "name": _text(pynvml.nvmlDeviceGetName(handle)),
         "compute_capability": f"{major}.{minor}",
         "memory_total_mib": int(memory.total) // 2**20,
