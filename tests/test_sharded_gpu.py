@@ -26,7 +26,7 @@ if GPUS < 2:
 RUN = ["--config", "gpt2-tiny", "--device", "cuda", "train-iters=30", "save-interval=10", "eval-interval=10",
        "eval-iters=2", "log-interval=10", "micro-batch-size=8", "global-batch-size=32", "compile=true"]
 ENGINES = {"zero2": ["--deepspeed", "zero2"], "zero3": ["--deepspeed", "zero3"], "fsdp": ["--fsdp"],
-           "fsdp-model": ["--fsdp", "--fsdp-unit", "model"]}
+           "fsdp-block": ["--fsdp", "--fsdp-unit", "block"]}
 TOLERANCE = 1e-3
 PER_NODE = 2 if GPUS >= 4 else 1  # GPUs per simulated node
 TIMEOUT = 150  # seconds for one launch
