@@ -86,16 +86,38 @@ def read_deepspeed_config(path: str, cfg: TrainConfig, world_size: int) -> dict:
     return ds
 
 
+def deepcompile_unavailable() -> str | None:
+    """Why DeepSpeed could not load or build its DeepCompile op here (it builds it at the first compiled step);
+    None where it can."""
+    if importlib.util.find_spec("deepspeed.ops.dc_op") is not None:  # built at install (DS_BUILD_DEEP_COMPILE=1)
+        return None
+    from torch.utils import cpp_extension
+
+    if not torch.cuda.is_available():
+        return "it needs a CUDA device"
+    if cpp_extension.CUDA_HOME is None:
+        return "no CUDA toolkit found to build its op (put nvcc on PATH or set CUDA_HOME)"
+    if not cpp_extension.is_ninja_available():
+        return "ninja, which builds its op, is not installed"
+    return None
+
+
 class DeepSpeedEngine:
     def __init__(self, raw_model, optimizer, cfg: TrainConfig, ds_config: dict, compile_options: dict | None = None):
         """COMPILE_OPTIONS: torch.compile's arguments; None: eager. Under ZeRO-1/2, or with DeepCompile on in the
-        DeepSpeed config, the whole module is compiled under the engine, one graph as under DDP (faster than each
-        block on its own: bench/results/sharded.md). Under ZeRO-3 without DeepCompile the step stays eager: its
-        hooks on every layer would be traced into the graph and recompile it for each layer."""
+        DeepSpeed config, the whole module is compiled under the engine, one graph as under DDP; DeepCompile also
+        puts ZeRO's gradient reductions into that graph (bench/results/sharded.md). Under ZeRO-3 without
+        DeepCompile the step stays eager: its hooks on every layer would be traced into the graph and recompile
+        it for each layer."""
         import deepspeed
 
         deep = bool(ds_config.get("compile", {}).get("deepcompile"))
         stage = ds_config.get("zero_optimization", {}).get("stage", 0)
+        self.fallback_notes = []
+        if deep and compile_options is not None and (missing := deepcompile_unavailable()):
+            deep = False
+            ds_config = {**ds_config, "compile": {**ds_config["compile"], "deepcompile": False}}
+            self.fallback_notes.append(Finding("deepcompile-unavailable", Severity.WARNING, f"DeepCompile: off, {missing}"))
         whole = compile_options is not None and (deep or stage < 3)
         self.compile_note = Finding("compile-off", Severity.INFO, "torch.compile: off (compile=false)")
         if compile_options is not None and not whole:
@@ -126,7 +148,8 @@ class DeepSpeedEngine:
         if "optimizer" in self.ds_config:
             optimizer_note = Finding("optimizer", Severity.INFO, "optimizer: DeepSpeed's, from its config")
         return [Finding("deepspeed", Severity.INFO, f"DeepSpeed engine: ZeRO stage {self.zero_stage}, "
-                        f"{self.precision_name} (from the DeepSpeed config)"), self.compile_note, optimizer_note]
+                        f"{self.precision_name} (from the DeepSpeed config)"), *self.fallback_notes, self.compile_note,
+                optimizer_note]
 
     def micro_step(self, x, y, is_last: bool) -> torch.Tensor:
         _, loss = self.engine(x, y)
