@@ -46,7 +46,7 @@ VARIANTS = {
     "zero2-nooverlap": {"deepspeed": "zero2", "ds": {"zero_optimization": {"overlap_comm": False}}},
     "zero2-bucket2e8": {"deepspeed": "zero2", "ds": {"zero_optimization": {"reduce_bucket_size": 200_000_000,
                                                                           "allgather_bucket_size": 200_000_000}}},
-    "zero2-module": {"deepspeed": "zero2", "ds": {"compile": {"deepcompile": False}}},  # the module compiled, no DeepCompile
+    "zero2-deepcompile": {"deepspeed": "zero2", "ds": {"compile": {"deepcompile": True}}, "needs": "nvcc"},
     "zero3": {"deepspeed": "zero3"},
     "zero3-syncs": {"deepspeed": "zero3", "ds": {"timers": SYNCS_BACK["timers"]}},
     "zero3-leaf": {"deepspeed": "zero3", "ds": {"zero_optimization": {"leaf_module": {"classes": ["gptforge.model.gpt.Block"]}}}},

@@ -38,7 +38,7 @@ case "$MODE" in
 probe)
     nvidia-smi topo -m || true
     echo "CUDA toolkit for DeepSpeed's op builds: $(command -v nvcc || echo none)"
-    read -r -a VARIANTS <<< "${2:-ddp fsdp zero2 zero2-module fsdp-block zero3 zero3-deepcompile}"
+    read -r -a VARIANTS <<< "${2:-ddp fsdp zero2 zero2-deepcompile fsdp-block zero3 zero3-deepcompile}"
     read -r -a PROFILED <<< "${PROFILE:-fsdp-block zero2}"
     read -r -a MORE <<< "${SHARDED_ARGS:-}"  # more bench/sharded.py arguments (a CPU dry run: --device cpu --models tiny ...)
     TORCH_LOGS=${TORCH_LOGS:-recompiles} $PY bench/sharded.py --gpus 2 --models 124m --engines "${VARIANTS[@]}" \

@@ -184,6 +184,18 @@ def test_deepspeed_config_is_completed_from_the_run(tmp_path):
         assert read_deepspeed_config(stage, cfg, 1)["gradient_clipping"] == 1.0
 
 
+def test_deepcompile_says_why_it_cannot_run(monkeypatch):
+    import torch
+
+    from gptforge.train.deepspeed_engine import deepcompile_unavailable
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "CUDA device" in deepcompile_unavailable()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: (_ for _ in ()).throw(ModuleNotFoundError(name)))
+    assert "not installed" in deepcompile_unavailable()
+
+
 @pytest.mark.parametrize("name", packaged_configs())
 def test_short_runs_of_every_packaged_config_are_valid(name):
     """`gptforge train train-iters=10`: the warmup scales with the run instead of outlasting it."""

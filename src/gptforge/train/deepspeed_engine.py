@@ -89,12 +89,15 @@ def read_deepspeed_config(path: str, cfg: TrainConfig, world_size: int) -> dict:
 def deepcompile_unavailable() -> str | None:
     """Why DeepSpeed could not load or build its DeepCompile op here (it builds it at the first compiled step);
     None where it can."""
-    if importlib.util.find_spec("deepspeed.ops.dc_op") is not None:  # built at install (DS_BUILD_DEEP_COMPILE=1)
-        return None
-    from torch.utils import cpp_extension
-
     if not torch.cuda.is_available():
         return "it needs a CUDA device"
+    try:
+        if importlib.util.find_spec("deepspeed.ops.dc_op") is not None:  # built at install (DS_BUILD_DEEP_COMPILE=1)
+            return None
+    except ModuleNotFoundError:
+        return "DeepSpeed is not installed"
+    from torch.utils import cpp_extension
+
     if cpp_extension.CUDA_HOME is None:
         return "no CUDA toolkit found to build its op (put nvcc on PATH or set CUDA_HOME)"
     if not cpp_extension.is_ninja_available():
