@@ -20,14 +20,14 @@ DECOY_VERSION = (12, 8, 90)
 
 
 @pytest.fixture(scope="module")
-def decoy_cudart(request) -> str:
+def decoy_cudart(tmp_path_factory) -> str:
     """libcudart.so.12 from the wheel named by GPTFORGE_CUDART_DECOY_WHEEL (.ci/run downloads it; the
     default suite downloads nothing)."""
     wheel = os.environ.get("GPTFORGE_CUDART_DECOY_WHEEL")
     if not wheel or not os.path.isfile(wheel):
         pytest.skip(f"set GPTFORGE_CUDART_DECOY_WHEEL to the {DECOY_WHEEL} wheel (.ci/run downloads it: pip download "
                     f"--no-deps --only-binary=:all: --platform manylinux2014_x86_64 {DECOY_WHEEL})")
-    out = os.path.join(str(request.config.cache.mkdir("links-decoy-lib")), "libcudart.so.12")
+    out = os.path.join(str(tmp_path_factory.mktemp("links-decoy-lib")), "libcudart.so.12")
     with zipfile.ZipFile(wheel) as z, z.open("nvidia/cuda_runtime/lib/libcudart.so.12") as src, open(out, "wb") as dst:
         shutil.copyfileobj(src, dst)
     return out
