@@ -14,7 +14,7 @@ import sys
 from gptforge import __version__
 from gptforge.errors import GptforgeError, UsageError, printable
 
-COMMAND_MODULES = ("compat", "doctor", "links", "data", "build", "train", "lock")
+COMMAND_MODULES = ("compat", "doctor", "links", "data", "build", "train", "sample", "lock")
 # Which modules register each top-level command: a command imports only its own modules, so that
 # `gptforge fix-links` (run on every environment activation) does not pay for torch or the trainer.
 MODULES_OF_COMMAND = {
@@ -25,7 +25,7 @@ MODULES_OF_COMMAND = {
     "data": ("data",),
     "build": ("build",),
     "train": ("train",),
-    "sample": ("train",),
+    "sample": ("sample",),
     "lock": ("lock",),
 }
 

@@ -9,7 +9,7 @@ import torch
 from gptforge.errors import GptforgeError, UsageError
 from gptforge.model import GPT, ModelConfig
 from gptforge.train import checkpoint
-from gptforge.train.config import check_sampling
+from gptforge.train.sample_options import check_sampling
 from gptforge.train.data import TokenizerSpec
 from gptforge.train.distributed import pick_device
 
