@@ -184,6 +184,19 @@ def test_deepspeed_config_is_completed_from_the_run(tmp_path):
         assert read_deepspeed_config(stage, cfg, 1)["gradient_clipping"] == 1.0
 
 
+def test_a_deepspeed_too_old_for_the_packaged_config_is_one_line(monkeypatch):
+    import importlib.metadata
+
+    from gptforge.train.deepspeed_engine import read_deepspeed_config
+
+    cfg, _ = load_config("gpt2-124m")
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.17.0")
+    with pytest.raises(UsageError, match="since 0.17.1"):
+        read_deepspeed_config("zero2", cfg, world_size=2)
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.17.1")
+    assert read_deepspeed_config("zero2", cfg, world_size=2)["bf16"]["check_grad_overflow"] is False
+
+
 def test_deepcompile_says_why_it_cannot_run(monkeypatch):
     import torch
 

@@ -4,12 +4,14 @@ engine with the same small interface as train/engine.py's TorchEngine, and its c
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import importlib.util
 import os
 import pickle
 from pathlib import Path
 
 import torch
+from packaging.version import InvalidVersion, Version
 
 from gptforge.core.findings import Finding, Severity
 from gptforge.errors import FileReadError, GptforgeError, UsageError
@@ -83,7 +85,20 @@ def read_deepspeed_config(path: str, cfg: TrainConfig, world_size: int) -> dict:
     ds.setdefault("timers", {"throughput": {"enabled": False}})
     if ds.get("bf16", {}).get("enabled") and ds.get("fp16", {}).get("enabled"):
         raise UsageError("--deepspeed", "both bf16 and fp16 are enabled", "enable one")
+    check_deepspeed_knows(ds, Path(path).name)
     return ds
+
+
+def check_deepspeed_knows(ds: dict, name: str) -> None:
+    """DeepSpeed refuses a key it does not know with a traceback; say which release brought it instead."""
+    try:
+        installed = Version(importlib.metadata.version("deepspeed"))
+    except (importlib.metadata.PackageNotFoundError, InvalidVersion):
+        return
+    if "check_grad_overflow" in ds.get("bf16", {}) and installed < Version("0.17.1"):
+        raise UsageError("--deepspeed", f"{name} sets bf16.check_grad_overflow, which DeepSpeed has since 0.17.1 "
+                         f"(installed: {installed})", "upgrade DeepSpeed (the environments lock a newer one), or "
+                         "remove the key from the JSON")
 
 
 def deepcompile_unavailable() -> str | None:
