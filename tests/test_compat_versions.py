@@ -111,6 +111,7 @@ def test_driver_compares_numerically():
     assert parse_driver("580") > parse_driver("580.65.06")
     assert parse_driver("580") < parse_driver("590.44.01")
     assert parse_driver("11040").reports_cuda == parse_cuda("11.4")
+    assert parse_driver("9010").reports_cuda == parse_cuda("9.1")  # before CUDA 10 torch prints four digits
 
 
 @pytest.mark.parametrize(

@@ -68,7 +68,7 @@ def parse_driver(text: str) -> DriverVersion:
     driver of that CUDA (compat.context).
     """
     raw = str(text).strip()
-    if _is_ascii_number(raw) and len(raw) == 5:
+    if _is_ascii_number(raw) and len(raw) in (4, 5):  # a driver branch has 3 digits; CUDA 9.1 prints as 9010
         try:
             return DriverVersion((), parse_cuda(raw))
         except VersionError:
