@@ -54,7 +54,6 @@ def main() -> int:
     from rich.console import Console
     from torch._dynamo.utils import counters
 
-    from gptforge.train import distributed
     from gptforge.train.config import load_config
     from gptforge.train.loop import RunOptions, Trainer
 
@@ -80,9 +79,7 @@ def main() -> int:
         window_s = time.perf_counter() - started
         gaps = profile_steps(trainer, spec["profile_steps"], Path(spec["profile"])) if spec["profile_steps"] else {}
     finally:
-        if main_rank:
-            trainer.metrics.close()
-        distributed.shutdown(trainer.env)
+        trainer.close()
     if not main_rank:
         return 0
     tokens = cfg.global_batch_size * cfg.seq_length

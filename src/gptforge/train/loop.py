@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -22,7 +23,7 @@ from gptforge.train.config import TrainConfig, validate
 from gptforge.train.cpu_threads import use_idle_cores
 from gptforge.train.engine import TorchEngine
 from gptforge.train.estimate import estimate
-from gptforge.train.metrics import MetricsLog, plot_losses, read_records, step_line
+from gptforge.train.metrics import MetricsLog, read_records, step_line
 from gptforge.train.optim import build_optimizer
 from gptforge.train.peaks import Peak, lookup, mfu
 from gptforge.train.precision import choose
@@ -292,38 +293,33 @@ class Trainer:
                 "tokens_per_s": tokens_per_s, "step_ms": elapsed * 1e3, "mfu": util, "mem_gib": memory_gib(self.device)}
 
     def save(self) -> Path | None:
-        env = self.env
-        if env.is_main:
+        if self.env.is_main:
             checkpoint.begin(self.ckpt_root, self.step)
-        distributed.barrier(env)
+        distributed.barrier(self.env)
         tmp = checkpoint.staging_dir(self.ckpt_root, self.step)
         try:
             return self.write_checkpoint(tmp)
         except BaseException:
-            if env.is_main:  # a failed save (a full disk) leaves the older checkpoints and nothing else
+            if self.env.is_main:  # a failed save (a full disk) leaves the older checkpoints and nothing else
                 shutil.rmtree(tmp, ignore_errors=True)
             raise
 
     def write_checkpoint(self, tmp: Path) -> Path | None:
-        env = self.env
         self.engine.save_collective(tmp)
-        checkpoint.write_rank_files(tmp, env.rank, checkpoint.capture_rng())
-        if env.is_main:
+        checkpoint.write_rank_files(tmp, self.env.rank, checkpoint.capture_rng())
+        if self.env.is_main:
             model_state, optim_state, extra = self.engine.state()
             trainer_state = {
                 "step": self.step, "consumed_samples": self.consumed, **extra,
                 "model_shape": self.model.cfg.shape(), "model_config": vars(self.model.cfg).copy(),
                 "config": self.cfg.to_dict(), "tokenizer": vars(self.tokenizer).copy(),
-                "deepspeed": self.ds_config is not None, "fsdp": bool(self.opts.fsdp), "world_size": env.world_size,
+                "deepspeed": self.ds_config is not None, "fsdp": bool(self.opts.fsdp), "world_size": self.env.world_size,
             }
             checkpoint.write_main_files(tmp, self.step, model_state, optim_state, trainer_state)
-        distributed.barrier(env)
-        final = checkpoint.commit(self.ckpt_root, self.step, self.cfg.keep_last) if env.is_main else None
-        distributed.barrier(env)
+        distributed.barrier(self.env)
+        final = checkpoint.commit(self.ckpt_root, self.step, self.cfg.keep_last) if self.env.is_main else None
+        distributed.barrier(self.env)
         return final
-
-    def plot(self) -> Path:
-        return plot_losses(self.metrics.path, self.run_dir / "loss.png", f"{self.opts.config_name}: loss")
 
     def run(self) -> RunResult:
         self.lock = None
@@ -333,12 +329,17 @@ class Trainer:
             try:
                 return self.loop()
             finally:
-                if self.env.is_main:
-                    self.metrics.close()
-                distributed.shutdown(self.env)
+                self.close()
         finally:
             if self.lock is not None:
                 self.lock.release()
+
+    def close(self) -> None:
+        if self.env.is_main:
+            self.metrics.close()
+        self.engine = None  # before the process group: freed by DDP's reducer, gloo's group can deadlock on the GIL
+        gc.collect()
+        distributed.shutdown(self.env)
 
     def loop(self) -> RunResult:
         cfg, main = self.cfg, self.env.is_main
@@ -369,7 +370,7 @@ class Trainer:
         if main:
             result.metrics = self.metrics.path
             result.tensorboard = self.run_dir / "tensorboard"
-            result.plot = self.plot()
+            result.plot = self.metrics.plot(f"{self.opts.config_name}: loss")
             result.last_checkpoint = checkpoint.latest(self.ckpt_root)
         return result
 
@@ -389,7 +390,7 @@ class Trainer:
             if main:
                 self.metrics.write({"kind": "eval", "step": self.step, "loss": result.final_val_loss})
                 self.console.print(f"step {self.step:>6}/{cfg.train_iters} | validation loss {result.final_val_loss:.4f}")
-                result.plot = self.plot()  # at every evaluation: an interrupted run has one too
+                result.plot = self.metrics.plot(f"{self.opts.config_name}: loss")  # at every evaluation: an interrupted run has one too
         if self.step % cfg.save_interval == 0 or self.step == cfg.train_iters:
             result.last_checkpoint = self.save()
 

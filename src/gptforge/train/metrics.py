@@ -26,12 +26,15 @@ class MetricsLog:
     """Rank-0 writer of metrics.jsonl and TensorBoard events under the run directory."""
 
     def __init__(self, run_dir: Path, resume_step: int = 0):
-        self.path = run_dir / "metrics.jsonl"
+        self.path, self.plot_path = run_dir / "metrics.jsonl", run_dir / "loss.png"
         self.truncate_after(resume_step)
         self.fh = open(self.path, "a")
         from torch.utils.tensorboard import SummaryWriter
 
         self.tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=resume_step + 1 if resume_step else None)
+
+    def plot(self, title: str) -> Path:
+        return plot_losses(self.path, self.plot_path, title)
 
     def truncate_after(self, step: int) -> None:
         """Drop records a killed run wrote past the checkpoint it resumes from: the file stays one history.
