@@ -24,13 +24,14 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from importlib import resources
 from pathlib import Path
+
+from gptforge.process import kill_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 SYNCS_BACK = {"bf16": {"check_grad_overflow": True}, "timers": {"throughput": {"enabled": True}}}
@@ -116,8 +117,8 @@ def run_one(run: str, name: str, model: str, gpus: int, global_batch: int, args,
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
         try:
             rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:  # torchrun and its workers go together, freeing the GPUs
-            os.killpg(proc.pid, signal.SIGKILL)
+        except subprocess.TimeoutExpired:  # torchrun and its workers (each in a session of its own), freeing the GPUs
+            kill_tree(proc.pid)
             proc.wait()
             rc = "timeout"
     row.update(wall_s=round(time.time() - t0, 1), rc=rc)

@@ -17,13 +17,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from importlib import resources
 from pathlib import Path
 
 import pytest
 from jsonschema import Draft202012Validator
 
+from gptforge.process import kill_tree
 from gptforge.storage import KILL_ENV
 
 
@@ -156,45 +156,12 @@ def two_node_agents(train_args: list, cwd: Path, attempt: int, per_node: int, no
     return agents
 
 
-def _state_and_parent(pid: int) -> tuple[str, int] | None:
-    """A process's state letter and parent from /proc; None once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[0], int(fields[1])
-
-
-def process_tree(pid: int) -> list[int]:
-    """PID and every live process below it."""
-    children: dict[int, list[int]] = {}
-    for entry in glob.glob("/proc/[0-9]*"):
-        child = int(entry.rsplit("/", 1)[1])
-        found = _state_and_parent(child)
-        if found and found[0] != "Z":
-            children.setdefault(found[1], []).append(child)
-    tree, todo = [], [pid]
-    while todo:
-        tree.append(todo.pop())
-        todo += children.get(tree[-1], [])
-    return tree
-
-
 def kill_agent(agent: subprocess.Popen) -> None:
     """SIGKILL an agent and every process under it, and wait until they are gone, as Slurm ends a job step's
     tasks: torchrun starts each worker in a session of its own, and a worker whose peers died waits in its NCCL
     collective, holding the run directory's lock, long after its agent is gone."""
-    tree = process_tree(agent.pid)
-    for pid in tree:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_tree(agent.pid)
     agent.wait(timeout=60)
-    deadline = time.monotonic() + 60
-    while any((found := _state_and_parent(pid)) and found[0] != "Z" for pid in tree):
-        assert time.monotonic() < deadline, f"processes {tree} of a killed agent still run after 60 s"
-        time.sleep(0.1)
 
 
 def lose_a_node_and_requeue(train_args: list, cwd: Path, per_node: int, node_envs: list[dict], kill_at: str,

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
 import shlex
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from gptforge.errors import UsageError
 
@@ -59,3 +63,41 @@ def run_tool(args: list[str]) -> tuple[int, str, str]:
     a short timeout, reads output that is not UTF-8. Status -1 with the reason as stderr when it cannot run."""
     done = run_bounded(args, TOOL_TIMEOUT_S)
     return done.code, done.stdout, done.stderr
+
+
+def _state_and_parent(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and parent from /proc; None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1])
+
+
+def process_tree(pid: int) -> list[int]:
+    """PID and every live process below it (Linux)."""
+    children: dict[int, list[int]] = {}
+    for entry in glob.glob("/proc/[0-9]*"):
+        child = int(entry.rsplit("/", 1)[1])
+        found = _state_and_parent(child)
+        if found and found[0] != "Z":
+            children.setdefault(found[1], []).append(child)
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo += children.get(tree[-1], [])
+    return tree
+
+
+def kill_tree(pid: int, wait_s: float = 60) -> None:
+    """SIGKILL PID and every process under it, also those in sessions of their own (torchrun's workers), and
+    wait until they are gone."""
+    tree = process_tree(pid)
+    for member in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    while any((found := _state_and_parent(member)) and found[0] != "Z" and member != pid for member in tree):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"processes {tree} still run {wait_s:.0f} s after SIGKILL")
+        time.sleep(0.1)
