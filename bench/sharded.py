@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,11 +31,12 @@ from importlib import resources
 from pathlib import Path
 
 from gptforge.process import kill_tree
+from gptforge.train.deepspeed_engine import deepcompile_unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 SYNCS_BACK = {"bf16": {"check_grad_overflow": True}, "timers": {"throughput": {"enabled": True}}}
 # name: engine ("fsdp": the unit; "deepspeed": the packaged config), "ds": changes to that config,
-# "compile": False for eager, "needs": "nvcc" where DeepSpeed builds an op
+# "compile": False for eager
 VARIANTS = {
     "ddp": {},
     "fsdp": {"fsdp": "model"},
@@ -47,14 +47,14 @@ VARIANTS = {
     "zero2-nooverlap": {"deepspeed": "zero2", "ds": {"zero_optimization": {"overlap_comm": False}}},
     "zero2-bucket2e8": {"deepspeed": "zero2", "ds": {"zero_optimization": {"reduce_bucket_size": 200_000_000,
                                                                           "allgather_bucket_size": 200_000_000}}},
-    "zero2-deepcompile": {"deepspeed": "zero2", "ds": {"compile": {"deepcompile": True}}, "needs": "nvcc"},
+    "zero2-deepcompile": {"deepspeed": "zero2", "ds": {"compile": {"deepcompile": True}}},
     "zero3": {"deepspeed": "zero3"},
     "zero3-syncs": {"deepspeed": "zero3", "ds": {"timers": SYNCS_BACK["timers"]}},
     "zero3-leaf": {"deepspeed": "zero3", "ds": {"zero_optimization": {"leaf_module": {"classes": ["gptforge.model.gpt.Block"]}}}},
     "zero3-prefetch": {"deepspeed": "zero3", "ds": {"zero_optimization": {"stage3_prefetch_bucket_size": 200_000_000,
                                                                          "stage3_param_persistence_threshold": 1_000_000,
                                                                          "reduce_bucket_size": 200_000_000}}},
-    "zero3-deepcompile": {"deepspeed": "zero3", "ds": {"compile": {"deepcompile": True}}, "needs": "nvcc"},
+    "zero3-deepcompile": {"deepspeed": "zero3", "ds": {"compile": {"deepcompile": True}}},
 }
 
 
@@ -71,12 +71,6 @@ def deepspeed_config(name: str, work: Path) -> Path:
     path = work / f"{name}.json"
     path.write_text(json.dumps(merged(json.loads(packaged.read_text()), variant.get("ds", {})), indent=1))
     return path
-
-
-def has_cuda_toolkit() -> bool:
-    """Whether DeepSpeed can build an op here: nvcc under CUDA_HOME, on PATH or in /usr/local/cuda."""
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
-    return bool(shutil.which("nvcc")) or os.path.isfile(os.path.join(home, "bin", "nvcc"))
 
 
 def worker_spec(name: str, model: str, global_batch: int, args, work: Path, out: Path) -> dict:
@@ -104,8 +98,8 @@ def run_one(run: str, name: str, model: str, gpus: int, global_batch: int, args,
             timeout: float) -> dict:
     row = {"run": run, "engine": name, "model": model, "gpus": gpus, "global_batch": global_batch,
            "micro_batch": args.micro}
-    if VARIANTS[name].get("needs") == "nvcc" and not has_cuda_toolkit():
-        return {**row, "rc": "skipped: no CUDA toolkit (nvcc) for DeepSpeed's op build"}
+    if VARIANTS[name].get("ds", {}).get("compile", {}).get("deepcompile") and (why := deepcompile_unavailable()):
+        return {**row, "rc": f"skipped: DeepCompile cannot run here: {why}"}  # the engine would run without it
     spec = worker_spec(name, model, global_batch, args, work, out)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
            str(ROOT / "bench" / "sharded_worker.py"), json.dumps(spec)]

@@ -91,7 +91,7 @@ def process_tree(pid: int) -> list[int]:
 
 def kill_tree(pid: int, wait_s: float = 60) -> None:
     """SIGKILL PID and every process under it, also those in sessions of their own (torchrun's workers), and
-    wait until they are gone."""
+    wait until those under it are gone; PID itself is its parent's to reap (Popen.wait)."""
     tree = process_tree(pid)
     for member in tree:
         with contextlib.suppress(ProcessLookupError):
