@@ -25,8 +25,8 @@ if GPUS < 2:
 
 RUN = ["--config", "gpt2-tiny", "--device", "cuda", "train-iters=30", "save-interval=10", "eval-interval=10",
        "eval-iters=2", "log-interval=10", "micro-batch-size=8", "global-batch-size=32", "compile=true"]
-ENGINES = {"zero2": ["--deepspeed", "zero2"], "zero3": ["--deepspeed", "zero3"], "fsdp": ["--fsdp"],
-           "fsdp-block": ["--fsdp", "--fsdp-unit", "block"]}
+ENGINES = {"zero2": ["--deepspeed", "zero2"], "zero2-deepcompile": ["--deepspeed", "zero2-deepcompile.json"],
+           "zero3": ["--deepspeed", "zero3"], "fsdp": ["--fsdp"], "fsdp-block": ["--fsdp", "--fsdp-unit", "block"]}
 TOLERANCE = 1e-3
 PER_NODE = 2 if GPUS >= 4 else 1  # GPUs per simulated node
 TIMEOUT = 150  # seconds for one launch
@@ -80,6 +80,11 @@ def torchrun(tmp_path, run_dir, engine_args, *extra, nproc=2, kill_at=None) -> s
 def test_sharded_run_killed_mid_step_resumes_to_the_same_losses(tmp_path, engine):
     if engine.startswith("zero") and importlib.util.find_spec("deepspeed") is None:
         pytest.skip("DeepSpeed is not installed")
+    if engine == "zero2-deepcompile":  # the packaged zero2.json with DeepCompile on; the resumed run goes on without it
+        from gptforge.train.deepspeed_engine import resolve_deepspeed_config
+
+        config = json.loads(open(resolve_deepspeed_config("zero2")).read())
+        (tmp_path / ENGINES[engine][1]).write_text(json.dumps({**config, "compile": {"deepcompile": True}}))
     ref = torchrun(tmp_path, tmp_path / "ref", ENGINES[engine])
     assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
     killed = torchrun(tmp_path, tmp_path / "run", ENGINES[engine], kill_at="step:17")

@@ -207,6 +207,7 @@ def test_deepcompile_says_why_it_cannot_run(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr("importlib.util.find_spec", lambda name: (_ for _ in ()).throw(ModuleNotFoundError(name)))
     assert "not installed" in deepcompile_unavailable()
+    assert "resume" in deepcompile_unavailable(resuming=True)
 
 
 @pytest.mark.parametrize("name", packaged_configs())

@@ -101,9 +101,11 @@ def check_deepspeed_knows(ds: dict, name: str) -> None:
                          "remove the key from the JSON")
 
 
-def deepcompile_unavailable() -> str | None:
-    """Why DeepSpeed could not load or build its DeepCompile op here (it builds it at the first compiled step);
-    None where it can."""
+def deepcompile_unavailable(resuming: bool = False) -> str | None:
+    """Why DeepCompile cannot run here: its op cannot be loaded or built (DeepSpeed builds it at the first compiled
+    step), or the run resumes from a checkpoint; None where it can."""
+    if resuming:  # its graph passes are scheduled from global step 0 and its reduce buckets are not restored
+        return "DeepSpeed's DeepCompile cannot resume from a checkpoint"
     if not torch.cuda.is_available():
         return "it needs a CUDA device"
     try:
@@ -121,7 +123,8 @@ def deepcompile_unavailable() -> str | None:
 
 
 class DeepSpeedEngine:
-    def __init__(self, raw_model, optimizer, cfg: TrainConfig, ds_config: dict, compile_options: dict | None = None):
+    def __init__(self, raw_model, optimizer, cfg: TrainConfig, ds_config: dict, compile_options: dict | None = None,
+                 resuming: bool = False):
         """COMPILE_OPTIONS: torch.compile's arguments; None: eager. Under ZeRO-1/2, or with DeepCompile on in the
         DeepSpeed config, the whole module is compiled under the engine, one graph as under DDP; DeepCompile also
         puts ZeRO's gradient reductions into that graph (bench/results/sharded.md). Under ZeRO-3 without
@@ -132,10 +135,14 @@ class DeepSpeedEngine:
         deep = bool(ds_config.get("compile", {}).get("deepcompile"))
         stage = ds_config.get("zero_optimization", {}).get("stage", 0)
         self.fallback_notes = []
-        if deep and compile_options is not None and (missing := deepcompile_unavailable()):
+        if deep and compile_options is not None and (missing := deepcompile_unavailable(resuming)):
             deep = False
             ds_config = {**ds_config, "compile": {**ds_config["compile"], "deepcompile": False}}
             self.fallback_notes.append(Finding("deepcompile-unavailable", Severity.WARNING, f"DeepCompile: off, {missing}"))
+        if deep and compile_options is not None:
+            # DeepCompile's passes fail on cuDNN attention's outputs at some shapes (gpt2-tiny's); SDPA then picks
+            # flash or memory-efficient attention
+            torch.backends.cuda.enable_cudnn_sdp(False)
         whole = compile_options is not None and (deep or stage < 3)
         self.compile_note = Finding("compile-off", Severity.INFO, "torch.compile: off (compile=false)")
         if compile_options is not None and not whole:

@@ -140,7 +140,7 @@ class Trainer:
             from gptforge.train.deepspeed_engine import DeepSpeedEngine
 
             self.engine = DeepSpeedEngine(self.model, optimizer, cfg, self.ds_config,
-                                          speed.compile_options if cfg.compile else None)
+                                          speed.compile_options if cfg.compile else None, self.resume_ckpt is not None)
             self.notes += self.engine.describe(opt_note)
         elif self.opts.fsdp:
             self.notes += [precision.note, opt_note]
