@@ -42,11 +42,14 @@ def test_transformer_engine_core_wheel_names_its_cuda_major():
 
 
 def test_a_wheel_for_another_torch_minor_cuda_major_abi_or_python_is_an_error():
-    assert errors(torch="2.6.0+cu124", python="3.11", wheels=(FA_1783,)) == set()
+    # the name matches torch 2.6.0+cu124, but 2.8.2's torch2.6 wheels were compiled against the C++11-ABI cu126 build
+    assert errors(torch="2.6.0+cu124", python="3.11", wheels=(FA_1783,)) == {"wheel-abi-mismatch"}
+    assert errors(torch="2.6.0+cu124", python="3.11", wheels=(FA_1783.replace("2.8.2", "2.7.4.post1"),)) == set()
     assert errors(torch="2.5.1+cu124", wheels=(FA_1783,)) == {"wheel-torch-mismatch"}
-    assert errors(torch="2.6.0+cu118", wheels=(FA_1783,)) == {"wheel-cuda-mismatch"}
+    assert errors(torch="2.6.0+cu118", wheels=(FA_1783,)) == {"wheel-cuda-mismatch", "wheel-abi-mismatch"}
     assert errors(torch="2.2.0+cu118", wheels=(FA_853_TRUE,)) == {"wheel-abi-mismatch"}
-    assert errors(torch="2.6.0+cu124", python="3.12", wheels=(FA_1783,)) == {"wheel-python-mismatch"}
+    assert errors(torch="2.6.0+cu124", python="3.12", wheels=(FA_1783,)) == {"wheel-python-mismatch",
+                                                                            "wheel-abi-mismatch"}
 
 
 def test_an_abi_the_tables_do_not_know_is_not_checked_not_ok():

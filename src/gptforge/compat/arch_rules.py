@@ -25,9 +25,10 @@ def _arch_env_unset(ctx: Context) -> bool:
 
 def implied_arch(ctx: Context, cc: CC) -> Arch:
     """What cpp_extension builds for a visible GPU when TORCH_CUDA_ARCH_LIST is unset: the GPU's own
-    arch, capped by the highest SASS arch of the torch build (torch/utils/cpp_extension.py)."""
+    arch, capped by the highest SASS arch of the torch build (torch/utils/cpp_extension.py; uncapped before 1.8)."""
     sass = [a.cc for a in ctx.torch_arches or ()]
-    return Arch(*min(cc, max(sass))) if sass else Arch(*cc)
+    clamps = ctx.torch_release is None or ctx.torch_release.extension.clamps
+    return Arch(*min(cc, max(sass))) if sass and clamps else Arch(*cc)
 
 
 def rule_nvcc_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
@@ -43,14 +44,28 @@ def rule_nvcc_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
                           f"nvcc {ctx.nvcc} cannot generate code for CC {format_cc(cc)} (sm_{cc[0]}{cc[1]}); "
                           f"{span} can",
                           join_fixes(env_hint(ctx, suggest), f"use a CUDA toolkit from {span}"))
-        elif _arch_env_unset(ctx) and implied not in targetable:
-            able = [CudaVersion(*key) for key, arches in sorted(ctx.facts.arches.items()) if implied in arches]
+        elif _arch_env_unset(ctx) and (builder := _untargetable_builder(ctx, cc, implied, targetable)):
+            builder, arch = builder
+            able = [CudaVersion(*key) for key, arches in sorted(ctx.facts.arches.items()) if arch in arches]
             newer = f"use nvcc {able[0]} or newer" if able else None
             yield Finding("gpu-arch-unsupported", E,
-                          f"TORCH_CUDA_ARCH_LIST is unset, so torch's cpp_extension builds for the GPU's own arch "
-                          f"(compute_{implied.major}{implied.minor}), which nvcc {ctx.nvcc} cannot target: "
+                          f"TORCH_CUDA_ARCH_LIST is unset, so {builder} builds for the GPU's own arch "
+                          f"(compute_{arch.major}{arch.minor}), which nvcc {ctx.nvcc} cannot target: "
                           "'nvcc fatal : Unsupported gpu architecture'",
                           join_fixes(newer, arch_list_fix(ctx, allow_suffix=False)))
+
+
+def _untargetable_builder(ctx: Context, cc: CC, implied: Arch, targetable) -> tuple[str, Arch] | None:
+    """(who, arch) where an extension build with TORCH_CUDA_ARCH_LIST unset asks nvcc for an arch it lacks:
+    torch's cpp_extension, or DeepSpeed's JIT op builder, which adds each visible GPU's own arch uncapped."""
+    if implied not in targetable:
+        return (f"torch {ctx.torch_release.release}'s cpp_extension" if ctx.torch_release else "torch's cpp_extension",
+                implied)
+    own = Arch(*cc)
+    if ctx.deepspeed is not None and ctx.facts.extensions["deepspeed"].get("jit_arch") == "visible-gpus" \
+            and own not in targetable:
+        return "DeepSpeed's JIT op builder (uncapped, unlike torch's cpp_extension)", own
+    return None
 
 
 def _beyond_torch_cuda(ctx: Context, suggest: bool) -> Iterator[Finding]:

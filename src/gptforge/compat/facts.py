@@ -83,6 +83,7 @@ class CppExtension:
     rejects: frozenset[str] = frozenset()
     suffix_crash: bool | None = None
     source: str = ""
+    clamps: bool = True  # with TORCH_CUDA_ARCH_LIST unset: the GPU's arch capped by torch's own highest sm_
 
     def rejected(self, arch: str) -> bool | None:
         """Does cpp_extension refuse this arch ("9.0", "10.1")? None when the table is not known."""
@@ -323,7 +324,8 @@ def _cpp_extensions(rows: list[dict]) -> dict[str, CppExtension]:
     found: dict[str, CppExtension] = {}
     for row in rows:
         accepts = frozenset(row["accepts"].split()) if "accepts" in row else None
-        entry = CppExtension(accepts, frozenset(row.get("rejects", ())), row.get("suffix_crash"), row["source"])
+        entry = CppExtension(accepts, frozenset(row.get("rejects", ())), row.get("suffix_crash"), row["source"],
+                             row.get("clamps", True))
         for release in row["releases"]:
             found[release] = entry
     return found

@@ -15,7 +15,7 @@ from gptforge.compat.context import Context
 from gptforge.compat.facts import load_table
 from gptforge.compat.findings import Finding, Severity
 from gptforge.compat.host_libs import build_os_glibc, gcc_glibcxx, manylinux_glibc
-from gptforge.compat.wheel_rules import is_source_build, torch_abi_row
+from gptforge.compat.wheel_rules import flash_attn_releases, is_source_build, torch_abi_row
 from gptforge.compat.wheels import WheelBuild
 
 E = Severity.ERROR
@@ -24,10 +24,6 @@ E = Severity.ERROR
 @cache
 def _rows(table: str) -> dict[str, dict]:
     return {row["version"]: row for row in load_table(table)["release"]}
-
-
-def _flash_attn_release(version: Version) -> dict | None:
-    return _rows("flash_attn_wheels.toml").get(version.public)
 
 
 def _te_release(version: Version) -> dict | None:
@@ -53,14 +49,14 @@ def _wheel_glibc(build: WheelBuild) -> tuple[Version, str] | None:
     floors = [f for f in (manylinux_glibc(tag.platform) for tag in build.tags if tag.platform.endswith("x86_64")) if f]
     if floors:
         return min(floors), f"its {min(build.tags, key=lambda t: t.platform).platform} tag"
-    release = _flash_attn_release(build.version) if build.project == "flash-attn" else None
+    release = flash_attn_releases().get(build.version.public) if build.project == "flash-attn" else None
     glibc = build_os_glibc(release["os"], "flash-attn") if release else None
     return (glibc, f"flash-attn {build.version.public}'s wheels are built on {release['os']}") if glibc else None
 
 
 def _flash_attn_glibc(ctx: Context) -> tuple[Version, str] | None:
     """pip takes flash-attn's prebuilt wheel when its release builds one for this torch minor (and Python)."""
-    release = _flash_attn_release(ctx.flash_attn) if ctx.flash_attn else None
+    release = flash_attn_releases().get(ctx.flash_attn.public) if ctx.flash_attn else None
     if release is None or ctx.torch is None or "flash_attn" in ctx.prebuilt:
         return None
     python = f"{ctx.python.major}.{ctx.python.minor}" if ctx.python else None

@@ -2,7 +2,8 @@
 
 flash_attn_wheels.toml: per flash-attn release tag, the wheels its publish workflow builds (runner, Pythons,
 torch versions, CUDA, C++ ABI flags), from refresh_inputs/flash-attn-publish-matrix.txt (the workflow's
-build_wheels matrix read at each tag; the row's source is the workflow file at that tag).
+build_wheels matrix read at each tag, and the torch build its install step takes for each torch version; the row's
+source is the workflow file at that tag).
 te_wheels.toml: per TransformerEngine release on PyPI, the Pythons its packages accept (Requires-Python)
 and the glibc floor of its core wheel's manylinux tag, from refresh_inputs/pypi-transformer-engine.txt.
 """
@@ -45,7 +46,7 @@ def flash_attn_table(text: str) -> str:
         lines += ["[[release]]", f'version = "{tag.removeprefix("v")}"', f'os = "{matrix["os"]}"',
                   f"python = {_quoted(matrix['python-version'].split())}", f"torch = {_quoted(torch)}",
                   f"cuda_major = {_quoted(cuda)}", "cxx11_abi = [" + ", ".join(str(a).lower() for a in sorted(set(abi))) + "]",
-                  f'source = "{url}"', ""]
+                  f"torch_builds = {_quoted(matrix['torch-build'].split())}", f'source = "{url}"', ""]
     return "\n".join(lines)
 
 

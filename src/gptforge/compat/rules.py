@@ -14,7 +14,7 @@ from packaging.version import Version
 from gptforge.compat import host_rules, project_envs
 from gptforge.compat.arch_rules import (rule_arch_list_env, rule_arch_suffix_crash, rule_cpp_extension_arches,
                                         rule_nvcc_arch, rule_torch_arch)
-from gptforge.compat.arches import CC, Arch, runs_on
+from gptforge.compat.arches import CC, Arch, ptx_runs_on, runs_on
 from gptforge.compat.combination import Combination
 from gptforge.compat.context import Context, build_context
 from gptforge.compat.extension_rules import (rule_apex_contrib, rule_deepspeed, rule_flash_attn, rule_fp8,
@@ -23,7 +23,7 @@ from gptforge.compat.facts import facts, load_table, release_row
 from gptforge.compat.findings import Finding, Severity, unique
 from gptforge.compat.rule_helpers import at_least, env_hint, join_fixes
 from gptforge.core.versions import CudaVersion, DriverVersion, format_cc
-from gptforge.compat.wheel_rules import rule_wheels
+from gptforge.compat.wheel_rules import rule_flash_attn_wheel_build, rule_wheels
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
@@ -87,6 +87,15 @@ def rule_driver(ctx: Context, suggest: bool) -> Iterator[Finding]:
                           "(cudaErrorUnsupportedPtxVersion)",
                           f"upgrade the driver to >= {toolkit}, or build SASS for the GPU "
                           f"(-arch=sm_{jit[1][0]}{jit[1][1]}, CMAKE_CUDA_ARCHITECTURES={jit[1][0]}{jit[1][1]})")
+        elif toolkit and ctx.driver < toolkit and ctx.nvcc and cuda.release == ctx.nvcc.release \
+                and (carrier := _extension_ptx(ctx)):
+            yield Finding("ptx-newer-than-driver", E,
+                          f"driver {ctx.driver} runs nvcc {ctx.nvcc}'s code only through minor-version compatibility "
+                          f"(the toolkit's own driver is {toolkit}): {carrier} this driver cannot JIT-compile nvcc's "
+                          "PTX: 'CUDA error: the provided PTX was compiled with an unsupported toolchain' at "
+                          "the first CUDA call",
+                          f"upgrade the driver to >= {toolkit}; or rebuild the extensions with the GPU's own arch in "
+                          "TORCH_CUDA_ARCH_LIST")
         elif toolkit and ctx.driver < toolkit:
             yield Finding(
                 "ptx-newer-than-driver", W,
@@ -104,6 +113,19 @@ def _needs_ptx_jit(ctx: Context, cuda: CudaVersion) -> tuple[Arch, CC] | None:
     default = ctx.facts.nvcc_default_arch.get((cuda.major, cuda.minor))
     missed = [cc for cc in ctx.ccs if default and not runs_on(default, cc)]
     return (default, missed[0]) if missed else None
+
+
+def _extension_ptx(ctx: Context) -> str | None:
+    """The extensions nvcc builds reach a GPU only through nvcc's PTX: TORCH_CUDA_ARCH_LIST has no cubin that runs on
+    it, only PTX (the driver loads a module's PTX only where no cubin fits: cupy/cupy#6875)."""
+    if ctx.torch is None or ctx.torch_is_cpu or not ctx.arch_env:
+        return None
+    sass, ptx = ctx.arch_env
+    for cc in ctx.ccs:
+        if not any(runs_on(a, cc) for a in sass) and any(ptx_runs_on(a, cc) for a in ptx):
+            return (f"the extensions built with TORCH_CUDA_ARCH_LIST={ctx.combo.torch_cuda_arch_list_env} reach "
+                    f"CC {format_cc(cc)} only through PTX, and")
+    return None
 
 
 def rule_gpu_newer_than_driver(ctx: Context, suggest: bool) -> Iterator[Finding]:
@@ -299,6 +321,7 @@ RULES: tuple[Callable[[Context, bool], Iterator[Finding]], ...] = (
     rule_deepspeed,
     rule_torch_cpu_build,
     rule_wheels,
+    rule_flash_attn_wheel_build,
     *host_rules.RULES,
 )
 

@@ -1,5 +1,6 @@
 """Prebuilt extension wheels against the combination: the torch, CUDA major, C++ ABI and Python they
-were built for (compat/wheels.py reads them; torch's ABI per release is data/torch_abi.toml)."""
+were built for (compat/wheels.py reads them; torch's ABI per release is data/torch_abi.toml), and the torch build
+flash-attn's release workflow compiled each of its wheels against (data/flash_attn_wheels.toml)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ from collections.abc import Iterator
 from functools import cache
 
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from gptforge.compat.context import Context
 from gptforge.compat.facts import load_table, release_row
 from gptforge.compat.findings import Finding, Severity, no_data
+from gptforge.compat.rule_helpers import join_fixes
 from gptforge.compat.wheels import WheelBuild
-from gptforge.core.versions import TorchVersion
+from gptforge.core.versions import TorchVersion, parse_torch
 
 E = Severity.ERROR
 _UNDEFINED = "'ImportError: ... undefined symbol' at import"
@@ -30,6 +33,17 @@ def is_source_build(torch: TorchVersion) -> bool:
     return bool(local) and torch.version.is_prerelease and not local.startswith(("cu", "cpu", "rocm"))
 
 
+@cache
+def flash_attn_releases() -> dict[str, dict]:
+    return {row["version"]: row for row in load_table("flash_attn_wheels.toml")["release"]}
+
+
+def _published_abi_row(version: Version, cuda: str | None) -> dict | None:
+    """The torch_abi.toml row of a PyPI / download.pytorch.org torch build (its release and CUDA)."""
+    rows = [row for row in _abi_table()["abi"] if row.get("cuda", cuda) == cuda]
+    return release_row(rows, version)
+
+
 def torch_abi_row(ctx: Context) -> dict | None:
     """The torch_abi.toml row of the combination's torch: PyPI / download.pytorch.org builds per release and
     CUDA, or source builds such as NGC's (None: unknown, e.g. conda builds)."""
@@ -37,9 +51,7 @@ def torch_abi_row(ctx: Context) -> dict | None:
         return None
     if is_source_build(ctx.torch):
         return _abi_table()["source_build"]
-    cuda = str(ctx.torch_cuda.release) if ctx.torch_cuda else None
-    rows = [row for row in _abi_table()["abi"] if row.get("cuda", cuda) == cuda]
-    return release_row(rows, ctx.torch.version)
+    return _published_abi_row(ctx.torch.version, str(ctx.torch_cuda.release) if ctx.torch_cuda else None)
 
 
 def torch_cxx11_abi(ctx: Context) -> bool | None:
@@ -102,6 +114,79 @@ def _python(ctx: Context, build: WheelBuild) -> Iterator[Finding]:
                       f"{build.origin} is for {', '.join(sorted(interpreters))}, not Python {ctx.python}: "
                       "'is not a supported wheel on this platform'",
                       f"install the {build.project} wheel with {want} in its name")
+
+
+def _built_against(release: dict, minor: tuple[int, int], cuda_major: int | None) -> list[TorchVersion]:
+    """The torch builds a flash-attn release's workflow compiled its wheels for this torch minor (and CUDA major)
+    against."""
+    builds = [parse_torch(b) for b in release.get("torch_builds", ())]
+    return [b for b in builds if (b.version.major, b.version.minor) == minor
+            and (cuda_major is None or b.cuda.major == cuda_major)]
+
+
+def _build_abi(build: TorchVersion) -> bool | None:
+    row = _published_abi_row(build.version, str(build.cuda.release))
+    return None if row is None else row["cxx11_abi"]
+
+
+def _nightly(builds: list[TorchVersion], torch: TorchVersion) -> bool:
+    """Compiled against a nightly of the torch release given: its C++ symbols may differ from the release's
+    (flash-attn 2.5.7's torch 2.3 wheel fails on 2.3.0, flash-attention#931; 2.6.0's torch 2.4 wheel runs on 2.4.0,
+    flash-attention#975), so this is a warning."""
+    return bool(builds) and all(b.version.is_prerelease for b in builds) and not torch.version.is_prerelease
+
+
+def _flaws(builds: list[TorchVersion], label_abi: bool | None, torch_abi: bool | None) -> list[str]:
+    """Why the wheel compiled against these builds fails with this torch: labelled pre-C++11 ABI yet compiled against
+    a torch build of the C++11 ABI (the label's flag does not override torch's own)."""
+    if label_abi is False and torch_abi is False and builds and all(_build_abi(b) for b in builds):
+        return [f"is labelled cxx11abiFALSE but was compiled against torch {builds[0]}, a C++11-ABI build, so it "
+                "needs the C++11 ABI: 'undefined symbol: _ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx11...'"]
+    return []
+
+
+def _sound_release(minor: tuple[int, int], cuda_major: int | None, torch: TorchVersion, torch_abi: bool | None,
+                   current: Version) -> Version | None:
+    """The flash-attn release nearest to the current one (newer first) whose wheel for this torch has no flaw."""
+    sound = [Version(v) for v, row in flash_attn_releases().items()
+             if (builds := _built_against(row, minor, cuda_major)) and not _flaws(builds, torch_abi, torch_abi)
+             and not _nightly(builds, torch)]
+    newer = sorted(v for v in sound if v > current)
+    older = sorted((v for v in sound if v < current), reverse=True)
+    return (newer or older or [None])[0]
+
+
+def rule_flash_attn_wheel_build(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    """The flash-attn wheel for this torch: a --wheel, or the one its setup.py downloads for --flash-attn (named for
+    torch's minor, CUDA major and C++ ABI), judged by the torch build its release workflow compiled it against."""
+    if ctx.torch is None or is_source_build(ctx.torch):
+        return
+    torch_abi = torch_cxx11_abi(ctx)
+    cuda_major = ctx.torch_cuda.major if ctx.torch_cuda else None
+    wheels = [(w.version, w.torch, w.cxx11_abi, w.cuda_major or cuda_major, w.origin)
+              for w in ctx.wheels if w.project == "flash-attn" and w.torch]
+    python = f"{ctx.python.major}.{ctx.python.minor}" if ctx.python else None
+    release = flash_attn_releases().get(ctx.flash_attn.public) if ctx.flash_attn else None
+    if release and "flash_attn" not in ctx.prebuilt and python in (None, *release["python"]):
+        wheels.append((ctx.flash_attn, (ctx.torch.version.major, ctx.torch.version.minor), torch_abi, cuda_major,
+                       f"the prebuilt wheel pip install flash-attn=={ctx.flash_attn} downloads for torch "
+                       f"{ctx.torch.release}"))
+    for version, minor, label_abi, major, origin in wheels:
+        release = flash_attn_releases().get(version.public)
+        if release is None or minor != (ctx.torch.version.major, ctx.torch.version.minor):
+            continue
+        builds = _built_against(release, minor, major)
+        other = _sound_release(minor, major, ctx.torch, torch_abi, version)
+        fix = join_fixes(f"pip install flash-attn=={other} (its wheel for torch {ctx.torch.release} was compiled "
+                         "against a released torch of this ABI)" if other else None,
+                         "build flash-attn from source against this torch (pip install --no-build-isolation "
+                         "--no-binary flash-attn flash-attn)")
+        for flaw in _flaws(builds, label_abi, torch_abi):
+            yield Finding("wheel-abi-mismatch", E, f"{origin} {flaw}", fix)
+        if _nightly(builds, ctx.torch):
+            yield Finding("wheel-built-against-nightly", Severity.WARNING,
+                          f"{origin} was compiled against torch {builds[0].version}, a nightly before the "
+                          f"{ctx.torch.version.base_version} release, whose C++ symbols may differ: {_UNDEFINED}", fix)
 
 
 def rule_wheels(ctx: Context, suggest: bool) -> Iterator[Finding]:
