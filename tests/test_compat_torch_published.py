@@ -5,6 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from packaging.version import Version
+
 from gptforge.compat import Combination, check
 from gptforge.compat.facts import facts
 
@@ -25,10 +27,12 @@ def test_an_unpublished_cuda_build_is_an_error():
     assert errors("2.1.0+cu117") == {"torch-build-unpublished"}
     assert errors("1.12.1+cu111") == {"torch-build-unpublished"}
     assert errors("2.1.0+cu121") == set()
+    assert errors("2.6.0+cu121") == {"torch-build-unpublished"}  # the cu121 index stops at 2.5.1
+    assert errors("2.5.1+cu121") == set()
 
 
 def test_silent_where_the_table_may_lack_builds():
-    assert "torch-build-unpublished" not in errors("2.4.0+cu117")  # release not marked complete
+    assert "torch-build-unpublished" not in errors("2.8.0+cu117")  # release not marked complete
     assert "torch-build-unpublished" not in errors("2.2.0.dev20231010+cu117")  # a nightly
     assert "torch-build-unpublished" not in errors("2.3.9+cu117")  # a version PyPI never had
     assert "torch-build-unpublished" not in errors("2.1.0+cpu")
@@ -39,6 +43,16 @@ def test_complete_releases_have_their_patches_and_pypi_builds():
     for release in COMPLETE:
         assert patches(release)
         assert any(v.channel == "pypi" for v in F.torch[release].variants)
+
+
+def test_complete_releases_list_the_build_pypi_serves():
+    """A release's list is only taken as complete where it holds the CUDA build its PyPI wheels are (read from
+    their METADATA), the check that caught RELEASE.md's 1.12 row lacking cu102."""
+    for release in COMPLETE:
+        published = {v.cuda.tag for v in F.torch[release].variants if v.channel == "pypi"}
+        for version in patches(release):
+            if (cuda := F.pypi_default_cuda(Version(version))) is not None:
+                assert cuda.tag in published, (version, cuda.tag)
 
 
 @settings(max_examples=80, deadline=None)
