@@ -49,7 +49,7 @@ def test_the_2026_corpus_states_each_report_fully():
     assert len(rows) >= 40
     for row in rows:
         assert row["url"].startswith("https://") and row["args"] and row["saw"] and row["cause"], row["url"]
-        assert row["verdict"] in ("fails", "works") and row["part"] in ("dev", "held-out", "held-out-2", "held-out-3"), row["url"]
+        assert row["verdict"] in ("fails", "works") and row["part"] in ("dev", "held-out", "held-out-2", "held-out-3", "held-out-4"), row["url"]
         assert (row["verdict"] == "works") == (not row["expect"]), row["url"]
 
 
@@ -89,4 +89,15 @@ def test_the_2026_third_held_out_part_keeps_its_first_score():
 
     outcomes = score_2026("held-out-3")
     assert len(outcomes["right"]) >= 17
+    assert not outcomes["false alarm"], [r["url"] for r, _ in outcomes["false alarm"]]
+
+
+def test_the_2026_fourth_held_out_part_keeps_its_first_score():
+    # Gathered blind after the third held-out part was spent, by someone who saw only the command's --help and
+    # the corpus format; scored once: 18 right, 4 missed, 0 false alarms, 8 inexpressible. A regression floor,
+    # never a target to fit.
+    from compat_corpus import score_2026
+
+    outcomes = score_2026("held-out-4")
+    assert len(outcomes["right"]) >= 18
     assert not outcomes["false alarm"], [r["url"] for r, _ in outcomes["false alarm"]]
