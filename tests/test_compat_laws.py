@@ -251,3 +251,23 @@ def test_driver_too_old_iff_below_the_runtime_floor(driver, ccs):
     for cuda in ("12.6", "13.0"):
         floor = F.runtime_floor(CudaVersion(*map(int, cuda.split("."))))
         assert driver_too_old(driver, cuda) == (driver < floor)
+
+
+# 16 ------------------------------------------------------------------------------------------
+FERMI = [cc for cc in KNOWN_CCS if cc < (3, 0)]
+TORCH_BUILDS = [f"{r.release}.0+cu{v.cuda.major}{v.cuda.minor}" for r in F.torch.values() for v in r.variants
+                if v.channel != "conda-forge"]
+
+
+@LAW
+@given(st.sampled_from(FERMI), st.sampled_from(TORCH_BUILDS))
+def test_no_torch_build_runs_on_a_gpu_below_torchs_floor(cc, torch):
+    """Fermi is known to the tables, so it is judged, not refused; and no torch release from 0.4 on runs on it,
+    whether the build's arch list is known or not."""
+    assert "gpu-too-old-for-torch" in codes(check(Combination(ccs=(cc,), torch=torch)))
+
+
+@LAW
+@given(st.sampled_from([cc for cc in KNOWN_CCS if cc >= (3, 0)]), st.sampled_from(TORCH_BUILDS))
+def test_the_torch_floor_never_flags_a_gpu_at_or_above_it(cc, torch):
+    assert "gpu-too-old-for-torch" not in codes(check(Combination(ccs=(cc,), torch=torch)))

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gptforge.compat.arches import CC, Arch, best_cubin, ptx_runs_on, runs_on
+from gptforge.compat.arches import CC, Arch, best_cubin, parse_arch, ptx_runs_on, runs_on
 from gptforge.compat.context import Context
+from gptforge.compat.facts import load_table, release_row
 from gptforge.compat.findings import Finding, Severity
 from gptforge.compat.rule_helpers import env_hint, join_fixes
 from gptforge.core.versions import CudaVersion, format_cc
@@ -85,7 +86,25 @@ def _beyond_torch_cuda(ctx: Context, suggest: bool) -> Iterator[Finding]:
                                 f"sm_{cc[0]}{cc[1]} (see torch's published builds)"))
 
 
+def _torch_floor(ctx: Context) -> CC | None:
+    """The oldest CC any build of the torch release runs on (None: not recorded, or no torch given)."""
+    row = release_row(load_table("torch.toml")["gpu_floor"], ctx.torch.version) if ctx.torch else None
+    return parse_arch(row["cc"]).cc if row and not ctx.torch_is_cpu else None
+
+
+def _below_torch_floor(ctx: Context, floor: CC) -> Iterator[Finding]:
+    for cc in ctx.ccs:
+        if cc < floor:
+            yield Finding("gpu-too-old-for-torch", E,
+                          f"torch {ctx.torch} does not support CC {format_cc(cc)}: 'PyTorch no longer supports this "
+                          "GPU because it is too old'; no torch build has kernels for it",
+                          f"use a GPU of CC {format_cc(floor)} or newer")
+
+
 def rule_torch_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    floor = _torch_floor(ctx)
+    if floor:
+        yield from _below_torch_floor(ctx, floor)
     if ctx.torch_arches is None:
         if ctx.torch_variant and ctx.ccs and not ctx.torch_is_cpu:
             yield Finding("not-checked", INFO, f"the GPUs against torch {ctx.torch}: not checked: no data for the "
@@ -100,7 +119,7 @@ def rule_torch_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
     top = max((a.cc for a in ctx.torch_arches), default=(0, 0))
     forward = [a for a in ctx.torch_ptx if a.cc >= top]
     for cc in ctx.ccs:
-        if any(runs_on(a, cc) for a in ctx.torch_arches):
+        if any(runs_on(a, cc) for a in ctx.torch_arches) or (floor and cc < floor):
             continue
         if any(ptx_runs_on(a, cc) for a in forward):
             yield Finding("gpu-arch-ptx-jit", INFO,
