@@ -33,7 +33,7 @@ WORKING = {
     "V100, driver 535, torch 2.13.0+cu126, nvcc 12.6": dict(
         driver="535.104.05", ccs=((7, 0),), cuda="12.6", torch="2.13.0+cu126", gcc="13.2", cudnn="9.10.2.21"),
     "L40S, torch 2.11+cu130, TransformerEngine 2.18": dict(
-        driver="580.82.07", ccs=((8, 9),), torch="2.11.0+cu130", cuda="13.0", cudnn="9.17.1.4",
+        driver="580.82.07", ccs=((8, 9),), torch="2.11.0+cu130", cuda="13.0", cudnn="9.19.0.56",
         transformer_engine="2.18"),
     "DeepSpeed, nvcc 12.9 with torch cu128 (whitelisted minors)": dict(
         cuda="12.9", torch="2.7.1+cu128", deepspeed="0.19.6", torch_cuda_arch_list_env="9.0", ccs=((9, 0),)),

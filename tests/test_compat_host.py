@@ -260,3 +260,20 @@ def test_glibcxx_versions_are_read_from_the_files_bytes(tmp_path):
                     b"GLIBCXX_DEBUG_MESSAGE_LENGTH\x00")
     assert glibcxx_versions(str(lib)) == ["3.4", "3.4.9", "3.4.28", "3.4.30"]
     assert glibcxx_versions(str(tmp_path / "absent")) == []
+
+
+cudnns = st.builds(lambda major, minor, patch: f"{major}.{minor}.{patch}", st.integers(5, 9), st.integers(0, 20),
+                   st.integers(0, 9))
+cudnn_torches = st.none() | st.sampled_from(["0.4.1", "1.0.1", "1.7.1+cu102", "2.1.2+cu121", "2.11.0+cu130"])
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(cudnns, cudnns, cudnn_torches)
+def test_cudnn_runtime_against_compiled_follows_torchs_check(compiled, runtime, torch):
+    """torch/backends/cudnn: another major always fails, an older minor fails in every release (cuDNN 9 too), a
+    newer minor fails before torch 1.0 and before cuDNN 7; without --torch only what holds for every release errs."""
+    (c_major, c_minor, _), (r_major, r_minor, _) = (tuple(map(int, v.split("."))) for v in (compiled, runtime))
+    found = errors(torch=torch, torch_cudnn=compiled, cudnn=runtime) & {"cudnn-torch-mismatch"}
+    before_1_0 = torch is not None and torch.startswith("0.")
+    fails = r_major != c_major or r_minor < c_minor or (r_minor != c_minor and (before_1_0 or c_major < 7))
+    assert bool(found) == fails, (compiled, runtime, torch)

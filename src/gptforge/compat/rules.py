@@ -273,24 +273,33 @@ def _cudnn_vs_torch(ctx: Context) -> Iterator[Finding]:
         return
     have, want = ctx.cudnn, bundled
     torch = f"torch {ctx.torch}" if ctx.torch else "torch"
-    check = release_row(load_table("cudnn.toml")["torch_check"], ctx.torch.version) if ctx.torch else None
-    if check and check["minor"] == "equal" and have.release[:2] != want.release[:2]:
+    rows = load_table("cudnn.toml")["torch_check"]
+    check = release_row(rows, ctx.torch.version) if ctx.torch else None
+    exact = check["minor"] == "equal" if check else False
+    exact = exact or want.major < next(r["exact_below_major"] for r in rows if "exact_below_major" in r)
+    if have.major != want.major:
+        yield Finding("cudnn-torch-mismatch", E,
+                      f"{torch} was built against cuDNN {want} but cuDNN {have} is loaded "
+                      "('cuDNN version incompatibility')",
+                      f"remove the other cuDNN from LD_LIBRARY_PATH so torch loads its own cuDNN {want}")
+    elif exact and have.release[:2] != want.release[:2]:
         yield Finding("cudnn-torch-mismatch", E,
                       f"{torch} accepts only the cuDNN {want.major}.{want.minor} it was built with, not {have}: "
                       f"'cuDNN version mismatch: PyTorch was compiled against {want} but linked against {have}'",
                       f"load cuDNN {want.major}.{want.minor} (put it first on LD_LIBRARY_PATH), or use a torch built "
                       f"against cuDNN {have.major}.{have.minor}")
-    elif have.major != want.major:
-        yield Finding("cudnn-torch-mismatch", E,
-                      f"{torch} was built against cuDNN {want} but cuDNN {have} is loaded "
-                      "('cuDNN version incompatibility')",
-                      f"remove the other cuDNN from LD_LIBRARY_PATH so torch loads its own cuDNN {want}")
     elif have.release[:2] < want.release[:2]:
-        # torch refuses an older runtime minor for cuDNN 8 ("compiled against (8, 3, 2) but linked
-        # against (8, 0, 3)"); for cuDNN 9 the tables have no such report, so it is only a warning.
-        yield Finding("cudnn-torch-mismatch", E if want.major < 9 else W,
-                      f"{torch} ships cuDNN {want}; the older cuDNN {have} is loaded instead",
-                      "remove the older cuDNN from LD_LIBRARY_PATH")
+        yield Finding("cudnn-torch-mismatch", E,
+                      f"{torch} was built against cuDNN {want}; the older cuDNN {have} is loaded: 'cuDNN version "
+                      "incompatibility: PyTorch was compiled against ... but found runtime version ...'",
+                      f"remove the older cuDNN from LD_LIBRARY_PATH so torch loads cuDNN {want.major}.{want.minor} "
+                      "or newer")
+    elif not check and have.release[:2] != want.release[:2]:
+        yield Finding("cudnn-torch-mismatch", W,
+                      f"torch before 1.0 accepts only the cuDNN {want.major}.{want.minor} it was built with, not {have}; "
+                      "later releases accept a newer minor",
+                      f"give --torch to judge it, or load cuDNN {want.major}.{want.minor}")
+
 
 def rule_torch_cpu_build(ctx: Context, suggest: bool) -> Iterator[Finding]:
     if ctx.torch_is_cpu and ctx.ccs:
