@@ -49,7 +49,7 @@ def test_the_2026_corpus_states_each_report_fully():
     assert len(rows) >= 40
     for row in rows:
         assert row["url"].startswith("https://") and row["args"] and row["saw"] and row["cause"], row["url"]
-        assert row["verdict"] in ("fails", "works") and row["part"] in ("dev", "held-out", "held-out-2", "held-out-3", "held-out-4"), row["url"]
+        assert row["verdict"] in ("fails", "works") and row["part"] in ("dev", "held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5"), row["url"]
         assert (row["verdict"] == "works") == (not row["expect"]), row["url"]
 
 
@@ -101,3 +101,14 @@ def test_the_2026_fourth_held_out_part_keeps_its_first_score():
     outcomes = score_2026("held-out-4")
     assert len(outcomes["right"]) >= 18
     assert not outcomes["false alarm"], [r["url"] for r, _ in outcomes["false alarm"]]
+
+
+def test_the_2026_fifth_held_out_part_keeps_its_first_score():
+    # Gathered blind after the fourth held-out part was spent, as that one was; scored once: 19 right, 10 missed,
+    # 1 false alarm (a torch 2.3 flash-attn wheel its report says ran on torch 2.4.1), 0 inexpressible. A
+    # regression floor, never a target to fit.
+    from compat_corpus import score_2026
+
+    outcomes = score_2026("held-out-5")
+    assert len(outcomes["right"]) >= 19
+    assert len(outcomes["false alarm"]) <= 1, [r["url"] for r, _ in outcomes["false alarm"]]
