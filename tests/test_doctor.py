@@ -102,9 +102,8 @@ def test_conda_layout_cuda_home_gives_layout_warnings_and_strict_fails(tmp_path)
     assert f"ln -sfn lib {root}/lib64" in fixes["cuda-home-no-lib64"]
     assert data["machine"]["nvcc"]["cuda_home"]["version"] == _real_nvcc_release()
     assert done.returncode == 0 and data["ok"] is True
-    strict, strict_data = doctor_json("--strict", CUDA_HOME=str(root))
+    strict, strict_data = doctor_json("--strict", CUDA_HOME=str(root))  # the printout exits through the same call
     assert strict.returncode == 1 and strict_data["ok"] is False
-    assert doctor("--strict", CUDA_HOME=str(root)).returncode == 1
 
 
 @needs_cudart
@@ -116,21 +115,25 @@ def test_lib64_link_clears_the_warning(tmp_path):
     assert data["machine"]["cuda_home"]["lib64"] == "symlink"
 
 
-def test_nonexistent_cuda_home_is_an_error_without_traceback(tmp_path):
-    missing = str(tmp_path / "no-such-cuda")
-    done, data = doctor_json(CUDA_HOME=missing)
+@pytest.fixture(scope="module")
+def missing_cuda_home(tmp_path_factory):
+    """CUDA_HOME at no directory, whose name looks like rich markup: (path, doctor --json, doctor's printout)."""
+    missing = str(tmp_path_factory.mktemp("home") / "no-such-cuda[/][bold]x")
+    return missing, doctor_json(CUDA_HOME=missing), doctor(CUDA_HOME=missing)
+
+
+def test_nonexistent_cuda_home_is_an_error_without_traceback(missing_cuda_home):
+    missing, (done, data), text = missing_cuda_home
     assert "cuda-home-not-found" in codes(data, "error")
     assert done.returncode == 1
-    text = doctor(CUDA_HOME=missing)
     assert text.returncode == 1
     for word in ("machine", "findings", "nvcc", "torch", "cuda-home-not-found", missing,
                  "unset CUDA_HOME or point it at a CUDA toolkit"):
         assert word in text.stdout
 
 
-def test_paths_are_printed_as_they_are_not_as_rich_markup(tmp_path):
-    odd = str(tmp_path / "cuda[/][bold]x")
-    text = doctor(CUDA_HOME=odd)
+def test_paths_are_printed_as_they_are_not_as_rich_markup(missing_cuda_home):
+    odd, _, text = missing_cuda_home
     assert text.returncode == 1 and text.stdout.count(odd) >= 2  # the nvcc and CUDA root rows of the machine table
 
 

@@ -18,10 +18,12 @@ def cache(train_data_cache):
     return train_data_cache
 
 
-def train(run_dir, cache, *extra, kill_at=None, cwd=None, in_process=False):
-    """The run as its own process (killed or compared bit for bit), or IN_PROCESS where neither matters."""
+def train(run_dir, cache, *extra, kill_at=None, cwd=None):
+    """The run as its own process where it is killed or stopped by a signal, else in this process: a resumed run
+    knows only what the killed process left on disk, and its losses are compared with the reference's bit for bit
+    (both on one thread)."""
     env = {"OMP_NUM_THREADS": "1", **({"GPTFORGE_TEST_KILL_AT": kill_at} if kill_at else {})}
-    return (run_main if in_process else run_cli)("train", "--config", "gpt2-tiny", "--run-dir", str(run_dir), *SMALL,
+    return (run_cli if kill_at else run_main)("train", "--config", "gpt2-tiny", "--run-dir", str(run_dir), *SMALL,
                                                  f"data-cache-dir={cache}", *extra, env=env, cwd=cwd)
 
 
@@ -135,7 +137,7 @@ def test_killed_save_is_never_picked_up(tmp_path, cache):
     assert [p.name for p in checkpoint.complete_checkpoints(root)] == ["step_00000004"]
     assert (root / "latest").read_text().strip() == "step_00000004"
     # stop right after step 8
-    resumed = train(run_dir, cache, "--resume", "train-iters=8", "--json", cwd=tmp_path, in_process=True)
+    resumed = train(run_dir, cache, "--resume", "train-iters=8", "--json", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert not staged.exists()  # the leftover was cleaned, the step saved again in full
     changed = [n["message"] for n in json.loads(resumed.stdout)["notes"] if n["code"] == "resume-config-changed"]
@@ -145,7 +147,7 @@ def test_killed_save_is_never_picked_up(tmp_path, cache):
 
 def test_keep_last_prunes_old_checkpoints(tmp_path, cache):
     run_dir = tmp_path / "run"
-    proc = train(run_dir, cache, "keep-last=1", "train-iters=8", cwd=tmp_path, in_process=True)
+    proc = train(run_dir, cache, "keep-last=1", "train-iters=8", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert names == ["latest", "step_00000008"]
