@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from packaging.markers import Marker
@@ -60,10 +61,16 @@ class Req:
     def applies(self, env: dict, extras=()) -> bool:
         if not self.marker:
             return True
-        marker = Marker(self.marker)
+        marker = _marker(self.marker)
         return any(marker.evaluate({**env, "extra": e}) for e in (tuple(extras) or ("",)))
 
 
+@cache  # a lock's records repeat the same requirement texts on every platform and environment
+def _marker(text: str) -> Marker:
+    return Marker(text)
+
+
+@cache
 def _from_text(text: str, root: Path) -> Req:
     try:
         req = Requirement(text)
