@@ -8,8 +8,9 @@ import math
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
-from conftest import run_main
+from conftest import run_main, session_dir
 from gptforge.train.metrics import read_records
 
 # Measured (docs/train.md): gpt2-tiny (2048-token BPE), 200 steps on the embedded corpus, CPU fp32:
@@ -21,15 +22,21 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # steadier than two threads on a shared t
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory, train_data_cache):
-    workdir = tmp_path_factory.mktemp("learn")
-    proc = run_main("train", "--config", "gpt2-tiny", "--run-dir", str(workdir / "run"), "train-iters=200",
-                    f"data-cache-dir={train_data_cache}", "--json", cwd=workdir, env=ONE_THREAD)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return workdir / "run", json.loads(proc.stdout), proc.stderr
+    """Trained once a session: where the xdist workers split this module, the second reads the first's run."""
+    workdir = session_dir(tmp_path_factory) / "learn"
+    workdir.mkdir(exist_ok=True)
+    summary = workdir / "summary.json"
+    with FileLock(workdir / ".lock"):
+        if not summary.exists():
+            proc = run_main("train", "--config", "gpt2-tiny", "--run-dir", str(workdir / "run"), "train-iters=200",
+                            f"data-cache-dir={train_data_cache}", "--json", cwd=workdir, env=ONE_THREAD)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            summary.write_text(proc.stdout)
+    return workdir / "run", json.loads(summary.read_text())
 
 
 def test_tiny_config_learns_the_embedded_corpus(tiny_run):
-    run_dir, summary, _ = tiny_run
+    run_dir, summary = tiny_run
     evals = read_records(run_dir / "metrics.jsonl", "eval")
     train = read_records(run_dir / "metrics.jsonl", "train")
     assert [r["step"] for r in train] == list(range(1, 201))
@@ -39,7 +46,7 @@ def test_tiny_config_learns_the_embedded_corpus(tiny_run):
 
 
 def test_run_leaves_logs_plot_and_checkpoint(tiny_run):
-    run_dir, summary, _ = tiny_run
+    run_dir, summary = tiny_run
     record = read_records(run_dir / "metrics.jsonl", "train")[-1]
     assert {"loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "mfu", "mem_gib"} <= set(record)
     assert record["tokens_per_s"] > 0 and record["mfu"] is None  # CPU: no peak, says so
@@ -65,7 +72,7 @@ def test_a_run_that_repeats_its_data_says_its_training_loss_is_not_held_out():
 
 
 def test_sample_from_the_trained_run(tiny_run):
-    run_dir, _, _ = tiny_run
+    run_dir, _ = tiny_run
     proc = run_main("sample", "--checkpoint", str(run_dir), "--prompt", "The list", "--max-new-tokens", "30", "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
