@@ -46,8 +46,8 @@ def rule_nvcc_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
                           f"nvcc {ctx.nvcc} cannot generate code for CC {format_cc(cc)} (sm_{cc[0]}{cc[1]}); "
                           f"{span} can",
                           join_fixes(env_hint(ctx, suggest), f"use a CUDA toolkit from {span}"))
-        elif _arch_env_unset(ctx) and (builder := _untargetable_builder(ctx, cc, implied, targetable)):
-            builder, arch = builder
+        elif _arch_env_unset(ctx) and (untargetable := _untargetable_builder(ctx, cc, implied, targetable)):
+            builder, arch = untargetable
             able = [CudaVersion(*key) for key, arches in sorted(ctx.facts.arches.items()) if arch in arches]
             newer = f"use nvcc {able[0]} or newer" if able else None
             yield Finding("gpu-arch-unsupported", E,

@@ -301,7 +301,7 @@ def _cudnn_vs_torch(ctx: Context) -> Iterator[Finding]:
                       "incompatibility: PyTorch was compiled against ... but found runtime version ...'",
                       f"remove the older cuDNN from LD_LIBRARY_PATH so torch loads cuDNN {want.major}.{want.minor} "
                       "or newer")
-    elif not check and have.release[:2] != want.release[:2]:
+    elif ctx.torch is None and have.release[:2] != want.release[:2]:
         yield Finding("cudnn-torch-mismatch", W,
                       f"torch before 1.0 accepts only the cuDNN {want.major}.{want.minor} it was built with, not {have}; "
                       "later releases accept a newer minor",

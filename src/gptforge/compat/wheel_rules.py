@@ -166,8 +166,8 @@ def rule_flash_attn_wheel_build(ctx: Context, suggest: bool) -> Iterator[Finding
     wheels = [(w.version, w.torch, w.cxx11_abi, w.cuda_major or cuda_major, w.origin)
               for w in ctx.wheels if w.project == "flash-attn" and w.torch]
     python = f"{ctx.python.major}.{ctx.python.minor}" if ctx.python else None
-    release = flash_attn_releases().get(ctx.flash_attn.public) if ctx.flash_attn else None
-    if release and "flash_attn" not in ctx.prebuilt and python in (None, *release["python"]):
+    given = flash_attn_releases().get(ctx.flash_attn.public) if ctx.flash_attn else None
+    if given and "flash_attn" not in ctx.prebuilt and python in (None, *given["python"]):
         wheels.append((ctx.flash_attn, (ctx.torch.version.major, ctx.torch.version.minor), torch_abi, cuda_major,
                        f"the prebuilt wheel pip install flash-attn=={ctx.flash_attn} downloads for torch "
                        f"{ctx.torch.release}"))

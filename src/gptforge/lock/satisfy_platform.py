@@ -65,7 +65,7 @@ class Req:
         return any(marker.evaluate({**env, "extra": e}) for e in (tuple(extras) or ("",)))
 
 
-@cache  # a lock's records repeat the same requirement texts on every platform and environment
+@cache  # a lock's records repeat the same markers and requirement texts on every platform and environment
 def _marker(text: str) -> Marker:
     return Marker(text)
 
