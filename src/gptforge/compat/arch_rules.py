@@ -6,14 +6,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import cache
 
+from packaging.version import Version
+
 from gptforge.compat.arches import CC, Arch, best_cubin, parse_arch, ptx_runs_on, runs_on
 from gptforge.compat.context import Context
 from gptforge.compat.facts import load_table, release_row
 from gptforge.compat.findings import Finding, Severity
 from gptforge.compat.rule_helpers import env_hint, join_fixes
-from gptforge.core.versions import CudaVersion, format_cc
+from gptforge.core.versions import CudaVersion, format_cc, parse_cuda
 
-E, INFO = Severity.ERROR, Severity.INFO
+E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
 def _cudas_targeting(ctx: Context, cc: CC) -> list[CudaVersion]:
@@ -137,6 +139,40 @@ def rule_torch_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
                       "'no kernel image is available for execution on the device'",
                       join_fixes(env_hint(ctx, suggest), "install a torch build whose arch list includes "
                             f"sm_{cc[0]}{cc[1]}"))
+
+
+@cache
+def _nvrtc_caps() -> list[tuple[Version, CudaVersion, str]]:
+    """(the first torch release of a table, the newest nvrtc it caps the arch for, source), oldest first."""
+    rows = load_table("torch.toml")["nvrtc_arch_cap"]
+    return sorted((Version(r["since"]), parse_cuda(r["nvrtc_capped"]), r["source"]) for r in rows)
+
+
+def rule_nvrtc_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    """torch's runtime compilers ask its CUDA's nvrtc for the GPU's own arch where its cap table stops short of that
+    nvrtc: an nvrtc older than the GPU rejects the arch (torch.toml [[nvrtc_arch_cap]]). A warning: only code that
+    reaches those compilers fails, and the same build runs other programs on that GPU (a cu110 torch 1.7.0 on an
+    RTX 3090: aim-uofa/AdelaiDepth#79 runs, WisconsinAIVision/yolact_edge#107 fails in TorchScript)."""
+    nvrtc = ctx.torch_cuda
+    targetable = ctx.facts.targetable(nvrtc) if nvrtc and ctx.torch and not ctx.torch_is_cpu else None
+    caps = [cap for cap in _nvrtc_caps() if cap[0] <= Version(ctx.torch.version.public)] if targetable else []
+    if not caps or nvrtc.release <= caps[-1][1]:
+        return
+    top = max(a.cc for a in targetable if not a.suffix)
+    fixed = next((since for since, capped, _ in _nvrtc_caps() if nvrtc.release <= capped), None)
+    for cc in ctx.ccs:
+        if cc[0] > top[0] or Arch(*cc) in targetable:
+            continue  # a GPU of a newer major has no kernels at all (gpu-arch-not-in-torch says so)
+        able = [CudaVersion(*key) for key, arches in sorted(ctx.facts.arches.items()) if Arch(*cc) in arches]
+        yield Finding("nvrtc-arch-unsupported", W,
+                      f"torch {ctx.torch.version.public} compiles TorchScript-fused and jiterator kernels at run time "
+                      f"for the GPU's own arch (compute_{cc[0]}{cc[1]}) with the nvrtc of its CUDA {nvrtc.release}, "
+                      "which does not know it: code that reaches them fails with 'nvrtc: error: invalid value for "
+                      "--gpu-architecture (-arch)' (eager kernels run)",
+                      join_fixes(env_hint(ctx, suggest),
+                                 f"use torch >= {fixed} (it caps the arch at what nvrtc {nvrtc.release} knows)"
+                                 if fixed else None,
+                                 f"a torch build for CUDA >= {able[0]}" if able else None))
 
 
 def rule_arch_list_env(ctx: Context, suggest: bool) -> Iterator[Finding]:

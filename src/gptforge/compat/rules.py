@@ -14,7 +14,7 @@ from packaging.version import Version
 
 from gptforge.compat import host_rules, project_envs
 from gptforge.compat.arch_rules import (rule_arch_list_env, rule_arch_suffix_crash, rule_cpp_extension_arches,
-                                        rule_nvcc_arch, rule_torch_arch)
+                                        rule_nvcc_arch, rule_nvrtc_arch, rule_torch_arch)
 from gptforge.compat.arches import CC, Arch, ptx_runs_on, runs_on
 from gptforge.compat.combination import Combination
 from gptforge.compat.context import Context, build_context
@@ -320,6 +320,7 @@ RULES: tuple[Callable[[Context, bool], Iterator[Finding]], ...] = (
     rule_gpu_newer_than_driver,
     rule_nvcc_arch,
     rule_torch_arch,
+    rule_nvrtc_arch,
     rule_arch_list_env,
     rule_cpp_extension_arches,
     rule_arch_suffix_crash,
