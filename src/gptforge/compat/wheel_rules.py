@@ -60,14 +60,30 @@ def torch_cxx11_abi(ctx: Context) -> bool | None:
     return None if row is None else row["cxx11_abi"]
 
 
+def symbol_changes(built: tuple[int, int], have: tuple[int, int]) -> list[dict]:
+    """The C++ symbol changes of the torch releases after the one a wheel was built for, up to the one it runs on."""
+    return [row for row in _abi_table()["symbol_change"]
+            if built < tuple(int(p) for p in row["release"].split(".")) <= have]
+
+
 def _torch(ctx: Context, build: WheelBuild) -> Iterator[Finding]:
     have = ctx.torch.version
-    if build.torch and build.torch != (have.major, have.minor):
+    minor = (have.major, have.minor)
+    if build.torch and build.torch != minor:
         built = f"{build.torch[0]}.{build.torch[1]}"
-        yield Finding("wheel-torch-mismatch", E,
-                      f"{build.origin} was built for torch {built}, not torch {have}: {_UNDEFINED}",
-                      f"install the {build.project} wheel built for torch {have.major}.{have.minor} "
-                      f"(torch{have.major}.{have.minor} in its name), or build it from source against this torch")
+        fix = (f"install the {build.project} wheel built for torch {have.major}.{have.minor} "
+               f"(torch{have.major}.{have.minor} in its name), or build it from source against this torch")
+        changed = symbol_changes(build.torch, minor)
+        if build.torch > minor or changed:
+            why = (f"torch {changed[0]['release']} changed a C++ symbol it calls ({changed[0]['symbol']})" if changed
+                   else "it may call C++ symbols this older torch lacks")
+            yield Finding("wheel-torch-mismatch", E,
+                          f"{build.origin} was built for torch {built}, not torch {have}: {why}: {_UNDEFINED}", fix)
+        else:
+            yield Finding("wheel-torch-mismatch", Severity.WARNING,
+                          f"{build.origin} was built for torch {built}, not torch {have}: it loads only while the "
+                          f"C++ symbols it calls are unchanged since torch {built} (no change recorded): otherwise "
+                          f"{_UNDEFINED}", fix)
     elif build.torch and is_source_build(ctx.torch):
         yield Finding("wheel-torch-mismatch", E,
                       f"{build.origin} was built against a released torch {build.torch[0]}.{build.torch[1]}, not the "
