@@ -147,6 +147,8 @@ def rule_gpu_newer_than_driver(ctx: Context, suggest: bool) -> Iterator[Finding]
 
 def rule_nvcc_torch(ctx: Context, suggest: bool) -> Iterator[Finding]:
     nvcc, torch_cuda = ctx.nvcc, ctx.torch_cuda
+    if nvcc and not torch_cuda and not ctx.torch_is_cpu:
+        yield from _nvcc_vs_every_build(ctx)
     if not nvcc or not torch_cuda or ctx.torch_is_cpu:
         return
     fix = f"use nvcc {torch_cuda.release} (conda-forge cuda-nvcc={torch_cuda.release}) with this torch"
@@ -164,6 +166,22 @@ def rule_nvcc_torch(ctx: Context, suggest: bool) -> Iterator[Finding]:
                       f"apex refuses nvcc {nvcc.release} with torch built for CUDA {torch_cuda.release}: any major.minor "
                       "difference stops its build ('Cuda extensions are being compiled with a version of Cuda that "
                       "does not match')", fix)
+
+def _nvcc_vs_every_build(ctx: Context) -> Iterator[Finding]:
+    """A torch version given without its CUDA: when every published build of the release (PyPI, download.pytorch.org,
+    the pytorch conda channel) is for another CUDA major than nvcc, whichever build it is refuses nvcc's extensions."""
+    release = ctx.torch_release
+    builds = sorted({v.cuda.release for v in release.variants}) if release else []
+    if not builds or ctx.nvcc.major in {cuda.major for cuda in builds}:
+        return
+    listed = ", ".join(str(cuda) for cuda in builds)
+    yield Finding("nvcc-torch-mismatch", E,
+                  f"nvcc {ctx.nvcc} and torch {ctx.torch}'s CUDA differ in major version: every published build of "
+                  f"torch {release.release} is for CUDA {listed}, and torch refuses to build extensions ('The detected "
+                  "CUDA version mismatches the version that was used to compile PyTorch')",
+                  f"use the nvcc of torch's CUDA (python -c 'import torch; print(torch.version.cuda)'; one of {listed}), "
+                  f"or a torch release built for CUDA {ctx.nvcc.major}")
+
 
 def rule_host_compiler(ctx: Context, suggest: bool) -> Iterator[Finding]:
     limits = ctx.facts.host_compilers(ctx.nvcc) if ctx.nvcc else None
