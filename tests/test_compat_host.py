@@ -130,6 +130,13 @@ def test_torch_1_5_extensions_need_a_cxx14_nvcc():
     assert errors(torch="1.5.0", cuda="9.2") == set()
 
 
+def test_nvcc_of_a_major_no_build_of_the_torch_release_has_is_an_error():
+    """NVIDIA/apex#1810: nvcc 12.4 with torch 1.7.1, whose builds are for CUDA 9.2 to 11.0."""
+    assert errors(torch="1.7.1", cuda="12.4") == {"nvcc-torch-mismatch"}
+    assert errors(torch="1.7.1", cuda="11.0") == set()  # the cu110 build is one of them
+    assert "nvcc-torch-mismatch" not in errors(torch="2.5.1", cuda="12.4")
+
+
 def test_older_torch_builds_are_judged():
     assert errors(ccs=((8, 0),), torch="1.10.1+cu102") == {"gpu-arch-not-in-torch"}
     assert errors(ccs=((8, 6),), torch="1.7.1+cu110") == set()  # sm_80 runs on 8.6

@@ -10,7 +10,10 @@ import sys
 import zipfile
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from conftest import examples
 from gptforge.cli import main
 from gptforge.compat import Combination, CudaVersion, Severity, VersionError, check
 from gptforge.compat.wheels import installed_builds, parse_wheel_name, read_wheel
@@ -123,3 +126,40 @@ def test_torch_style_cuda_tags_are_read_as_torch_reads_them():
     Both names are listed by https://download.pytorch.org/whl/torch/ (and quoted in users' install notes)."""
     assert parse_wheel_name("torch-2.1.0+cu121-cp310-cp310-linux_x86_64.whl").cuda == CudaVersion(12, 1)
     assert parse_wheel_name("torch-1.7.1+cu92-cp38-cp38-linux_x86_64.whl").cuda == CudaVersion(9, 2)
+
+
+FA_KIMI_56 = "flash_attn-2.7.4.post1+cu12torch2.3cxx11abiFALSE-cp310-cp310-linux_x86_64.whl"  # Kimi-Audio#56
+
+
+def _wheel_torch_severity(torch: str, wheel: str) -> Severity | None:
+    found = [f.severity for f in check(Combination(torch=torch, wheels=(wheel,))) if f.code == "wheel-torch-mismatch"]
+    return found[0] if found else None
+
+
+def test_a_wheel_for_an_older_torch_minor_fails_only_across_a_recorded_symbol_change():
+    """The torch 2.3 wheel runs on torch 2.4.1 (Kimi-Audio#56); one for 2.2 does not load on 2.3 (SetDevice(int) is
+    gone: flash-attention#931); one for a newer minor than torch's is always an error."""
+    assert _wheel_torch_severity("2.4.1", FA_KIMI_56) is Severity.WARNING
+    assert _wheel_torch_severity("2.3.1", FA_KIMI_56.replace("torch2.3", "torch2.2")) is Severity.ERROR
+    assert _wheel_torch_severity("2.5.1", FA_KIMI_56.replace("torch2.3", "torch2.1")) is Severity.ERROR
+    assert _wheel_torch_severity("2.2.2", FA_KIMI_56) is Severity.ERROR
+    assert _wheel_torch_severity("2.3.1", FA_KIMI_56) is None
+
+
+MINORS = [(2, minor) for minor in range(0, 10)]
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(st.sampled_from(MINORS), st.sampled_from(MINORS), st.sampled_from(MINORS))
+def test_a_wheel_that_fails_on_a_torch_fails_on_every_later_one(built, have, later):
+    """What a torch release changed stays changed: an error for (built, have) is an error for any later torch; a wheel
+    is an error on every torch older than the one it was built for."""
+    have, later = sorted([have, later])
+    wheel = FA_KIMI_56.replace("torch2.3", f"torch{built[0]}.{built[1]}")
+    first = _wheel_torch_severity(f"{have[0]}.{have[1]}.0", wheel)
+    if first is Severity.ERROR and built < have:
+        assert _wheel_torch_severity(f"{later[0]}.{later[1]}.0", wheel) is Severity.ERROR
+    if built > have:
+        assert first is Severity.ERROR
+    if built == have:
+        assert first is None
