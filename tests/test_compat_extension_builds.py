@@ -118,3 +118,39 @@ def test_the_release_a_fix_names_has_no_error_of_its_own(torch, flash_attn):
     fix = fixes(torch=torch, python="3.11", flash_attn=flash_attn)
     for named in re.findall(r"flash-attn==([\w.]+)", fix):
         assert not codes(torch=torch, python="3.11", flash_attn=named) & {"wheel-abi-mismatch", "wheel-torch-mismatch"}
+
+
+# --- no prebuilt flash-attn wheel for this torch: pip compiles it --------------------------------------------------
+
+def test_a_release_without_a_wheel_for_torchs_minor_is_compiled_from_source():
+    """2U1/Qwen-VL-Series-Finetune#169: flash-attn 2.5.8 (wheels up to torch 2.3) on torch 2.6.0 compiles and fails;
+    the wheel of a release built for torch 2.6 installs."""
+    found = codes(Severity.WARNING, torch="2.6.0", cuda="12.4", python="3.11", flash_attn="2.5.8")
+    assert "flash-attn-source-build" in found
+    assert "flash-attn==2.7.4" in fixes(torch="2.6.0", cuda="12.4", python="3.11", flash_attn="2.5.8")
+    assert "flash-attn-source-build" not in codes(Severity.WARNING, torch="2.6.0+cu124", python="3.11",
+                                                  flash_attn="2.7.4.post1")
+
+
+def test_a_cuda_major_or_python_the_release_has_no_wheel_for_is_compiled_from_source():
+    """2.8.3's wheels are CUDA 12 only (flash-attention#2118: torch 2.9.1+cu130); 2.7.4.post1's stop at Python 3.13."""
+    assert "flash-attn-source-build" in codes(Severity.WARNING, torch="2.9.1+cu130", python="3.12", flash_attn="2.8.3")
+    assert "flash-attn-source-build" in codes(Severity.WARNING, torch="2.6.0+cu118", flash_attn="2.7.4.post1")
+    assert "flash-attn-source-build" not in codes(Severity.WARNING, torch="2.6.0+cu118", flash_attn="2.7.3")
+    wheel = "flash_attn-2.8.3+cu12torch2.9cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"  # a wheel given: no build
+    assert "flash-attn-source-build" not in codes(Severity.WARNING, torch="2.9.1+cu130", wheels=(wheel,))
+
+
+RELEASES = sorted(flash_attn_releases())
+
+
+@LAW
+@given(st.sampled_from(RELEASES), st.sampled_from(RELEASES), st.sampled_from(["3.9", "3.10", "3.11", "3.12"]))
+def test_the_release_the_source_build_fix_names_has_a_wheel_for_this_torch(release, minor_of, python):
+    """Whatever the release and torch, the release the fix names is compiled from source no more."""
+    row = flash_attn_releases()[minor_of]
+    build = parse_torch(row["torch_builds"][-1])
+    torch = f"{build.version.base_version}+cu{build.cuda.major}{build.cuda.minor}"
+    fix = fixes(torch=torch, python=python, flash_attn=release)
+    for named in re.findall(r"flash-attn==([\w.]+) \(it has a wheel", fix):
+        assert "flash-attn-source-build" not in codes(Severity.WARNING, torch=torch, python=python, flash_attn=named)

@@ -24,7 +24,7 @@ from gptforge.compat.facts import facts, load_table, release_row
 from gptforge.compat.findings import Finding, Severity, unique
 from gptforge.compat.rule_helpers import at_least, env_hint, join_fixes
 from gptforge.core.versions import CudaVersion, DriverVersion, format_cc
-from gptforge.compat.wheel_rules import rule_flash_attn_wheel_build, rule_wheels
+from gptforge.compat.wheel_rules import rule_flash_attn_source_build, rule_flash_attn_wheel_build, rule_wheels
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 
@@ -357,6 +357,7 @@ RULES: tuple[Callable[[Context, bool], Iterator[Finding]], ...] = (
     rule_torch_cpu_build,
     rule_wheels,
     rule_flash_attn_wheel_build,
+    rule_flash_attn_source_build,
     *host_rules.RULES,
 )
 

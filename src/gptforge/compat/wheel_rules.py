@@ -162,11 +162,12 @@ def _flaws(builds: list[TorchVersion], label_abi: bool | None, torch_abi: bool |
 
 
 def _sound_release(minor: tuple[int, int], cuda_major: int | None, torch: TorchVersion, torch_abi: bool | None,
-                   current: Version) -> Version | None:
-    """The flash-attn release nearest to the current one (newer first) whose wheel for this torch has no flaw."""
+                   current: Version, python: str | None = None) -> Version | None:
+    """The flash-attn release nearest to the current one (newer first) whose wheel for this torch (and Python) has no
+    flaw."""
     sound = [Version(v) for v, row in flash_attn_releases().items()
              if (builds := _built_against(row, minor, cuda_major)) and not _flaws(builds, torch_abi, torch_abi)
-             and not _nightly(builds, torch)]
+             and not _nightly(builds, torch) and python in (None, *row["python"])]
     newer = sorted(v for v in sound if v > current)
     older = sorted((v for v in sound if v < current), reverse=True)
     return (newer or older or [None])[0]
@@ -203,6 +204,37 @@ def rule_flash_attn_wheel_build(ctx: Context, suggest: bool) -> Iterator[Finding
             yield Finding("wheel-built-against-nightly", Severity.WARNING,
                           f"{origin} was compiled against torch {builds[0].version}, a nightly before the "
                           f"{ctx.torch.version.base_version} release, whose C++ symbols may differ: {_UNDEFINED}", fix)
+
+
+def rule_flash_attn_source_build(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    """pip install flash-attn==X downloads the release's wheel named for torch's minor, CUDA major, C++ ABI and Python
+    (its setup.py); with none for this torch it compiles flash-attn from source against it."""
+    release = flash_attn_releases().get(ctx.flash_attn.public) if ctx.flash_attn else None
+    if release is None or ctx.torch is None or ctx.torch_is_cpu or "flash_attn" in ctx.prebuilt \
+            or is_source_build(ctx.torch):
+        return
+    minor = (ctx.torch.version.major, ctx.torch.version.minor)
+    cuda_major = ctx.torch_cuda.major if ctx.torch_cuda else None
+    python = f"{ctx.python.major}.{ctx.python.minor}" if ctx.python else None
+    have = {"torch": f"{minor[0]}.{minor[1]}", "cuda_major": None if cuda_major is None else str(cuda_major),
+            "python": python}
+    missing = [key for key, value in have.items() if value is not None and value not in release[key]]
+    if not missing and not _built_against(release, minor, cuda_major):
+        missing = ["torch"]  # the workflow's job for this torch and CUDA installs no torch build: it makes no wheel
+    if not missing:
+        return
+    other = _sound_release(minor, cuda_major, ctx.torch, torch_cxx11_abi(ctx), ctx.flash_attn, python)
+    names = {"torch": "torch", "cuda_major": "CUDA", "python": "Python"}
+    span = "; ".join(f"{names[key]} {', '.join(release[key])}" for key in missing)
+    nvcc = f"nvcc {ctx.torch_cuda.release}" if ctx.torch_cuda else "the nvcc of torch's CUDA"
+    yield Finding("flash-attn-source-build", Severity.WARNING,
+                  f"flash-attn {ctx.flash_attn} has no prebuilt wheel for torch {ctx.torch}"
+                  + "".join(f", {names[key]} {have[key]}" for key in missing if key != "torch")
+                  + f" (its wheels: {span}): pip compiles it from source against this torch with {nvcc}, which "
+                  "takes long and fails where the release's code does not build against this torch ('Error compiling "
+                  "objects for extension')",
+                  join_fixes(f"pip install flash-attn=={other} (it has a wheel for this torch)" if other else None,
+                             f"build it with {nvcc} and --no-build-isolation"))
 
 
 def rule_wheels(ctx: Context, suggest: bool) -> Iterator[Finding]:
