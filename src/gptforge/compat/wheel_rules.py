@@ -132,11 +132,16 @@ def _python(ctx: Context, build: WheelBuild) -> Iterator[Finding]:
                       f"install the {build.project} wheel with {want} in its name")
 
 
+@cache
+def _torch_builds(version: str) -> tuple[TorchVersion, ...]:
+    """The torch builds a flash-attn release's workflow compiled its wheels against, parsed once per process."""
+    return tuple(parse_torch(b) for b in flash_attn_releases()[version].get("torch_builds", ()))
+
+
 def _built_against(release: dict, minor: tuple[int, int], cuda_major: int | None) -> list[TorchVersion]:
     """The torch builds a flash-attn release's workflow compiled its wheels for this torch minor (and CUDA major)
     against."""
-    builds = [parse_torch(b) for b in release.get("torch_builds", ())]
-    return [b for b in builds if (b.version.major, b.version.minor) == minor
+    return [b for b in _torch_builds(release["version"]) if (b.version.major, b.version.minor) == minor
             and (cuda_major is None or b.cuda.major == cuda_major)]
 
 
