@@ -4,6 +4,7 @@ engine with the same small interface as train/engine.py's TorchEngine, and its c
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -11,6 +12,7 @@ import pickle
 from pathlib import Path
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from packaging.version import InvalidVersion, Version
 
 from gptforge.core.findings import Finding, Severity
@@ -19,6 +21,8 @@ from gptforge.reading import read_json
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
 from gptforge.train.optim import build_scheduler, param_groups
+
+EVAL_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def deepspeed_safe_globals() -> list:
@@ -139,10 +143,10 @@ class DeepSpeedEngine:
             deep = False
             ds_config = {**ds_config, "compile": {**ds_config["compile"], "deepcompile": False}}
             self.fallback_notes.append(Finding("deepcompile-unavailable", Severity.WARNING, f"DeepCompile: off, {missing}"))
-        if deep and compile_options is not None:
-            # DeepCompile's passes fail on cuDNN attention's outputs at some shapes (gpt2-tiny's); SDPA then picks
-            # flash or memory-efficient attention
-            torch.backends.cuda.enable_cudnn_sdp(False)
+        # Under DeepCompile the no-grad graph (evaluation) fails on cuDNN attention, whose log-sum-exp output is
+        # then undefined; evaluation picks flash or memory-efficient attention, training keeps cuDNN's
+        self.eval_attention = (functools.partial(sdpa_kernel, EVAL_ATTENTION) if deep and compile_options is not None
+                               else contextlib.nullcontext)
         whole = compile_options is not None and (deep or stage < 3)
         self.compile_note = Finding("compile-off", Severity.INFO, "torch.compile: off (compile=false)")
         if compile_options is not None and not whole:
@@ -194,7 +198,8 @@ class DeepSpeedEngine:
         return self.engine.get_lr()[0]
 
     def eval_loss(self, x, y) -> torch.Tensor:
-        return self.engine(x, y)[1].detach().float()
+        with self.eval_attention():
+            return self.engine(x, y)[1].detach().float()
 
     def train_mode(self, on: bool) -> None:
         self.engine.train(on)
