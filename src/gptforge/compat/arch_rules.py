@@ -10,7 +10,7 @@ from packaging.version import Version
 
 from gptforge.compat.arches import CC, Arch, best_cubin, parse_arch, ptx_runs_on, runs_on
 from gptforge.compat.context import Context
-from gptforge.compat.facts import load_table, release_row
+from gptforge.compat.facts import TorchVariant, load_table, release_row
 from gptforge.compat.findings import Finding, Severity
 from gptforge.compat.rule_helpers import env_hint, join_fixes
 from gptforge.core.versions import CudaVersion, format_cc, parse_cuda
@@ -134,11 +134,41 @@ def rule_torch_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
                           f"torch has no sm_{cc[0]}{cc[1]} kernels; the driver JIT-compiles its PTX at first use",
                           "expect a slow first start; a torch build with this arch avoids it")
             continue
+        if ctx.pypi_default and (others := _builds_running_on(ctx, cc)):
+            yield _default_build_lacks(ctx, cc, listed, others)
+            continue
         yield Finding("gpu-arch-not-in-torch", E,
                       f"this torch build has no kernels for CC {format_cc(cc)} (it has {listed}): "
                       "'no kernel image is available for execution on the device'",
                       join_fixes(env_hint(ctx, suggest), "install a torch build whose arch list includes "
                             f"sm_{cc[0]}{cc[1]}"))
+
+
+def _builds_running_on(ctx: Context, cc: CC) -> list[TorchVariant]:
+    """The published builds of the torch release whose recorded arch list runs on the GPU (SASS, or PTX of its
+    highest arch); a build whose list is not recorded is not counted."""
+    found = []
+    for build in ctx.torch_release.variants:
+        if build.arches is None or not build.covers(ctx.torch.version):
+            continue
+        top = max(a.cc for a in build.arches)
+        if any(runs_on(a, cc) for a in build.arches) or any(ptx_runs_on(a, cc) for a in build.ptx if a.cc >= top):
+            found.append(build)
+    return found
+
+
+def _default_build_lacks(ctx: Context, cc: CC, listed: str, others: list[TorchVariant]) -> Finding:
+    """torch given without its CUDA: PyPI's wheel lacks the GPU but other builds of the release carry it, so which
+    build is installed decides (the rule nvcc follows against every build, rules._nvcc_vs_every_build)."""
+    version = ctx.torch.version.public
+    names = [f"torch=={version}+{b.cuda.tag}" if b.channel == "pypi" else f"{b.channel}'s CUDA {b.cuda} build"
+             for b in others]
+    return Finding("gpu-arch-not-in-torch", W,
+                   f"PyPI's torch {version} wheel (the CUDA {ctx.torch_cuda.release} build `pip install torch=={version}` "
+                   f"takes) has no kernels for CC {format_cc(cc)} (it has {listed}): 'no kernel image is available for "
+                   f"execution on the device'; torch {ctx.torch_release.release}'s "
+                   f"{', '.join(f'CUDA {b.cuda}' for b in others)} build runs on it",
+                   f"install {' or '.join(names)} (give the build with --torch {version}+cuXYZ to judge it)")
 
 
 @cache

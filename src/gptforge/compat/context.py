@@ -109,7 +109,7 @@ def _torch_arches(ctx: Context) -> None:
         ctx.torch_arches, ctx.torch_ptx = tuple(sass), tuple(ptx)
     elif wheel := _wheel_arches(ctx):
         ctx.torch_arches, ctx.torch_ptx = wheel
-    elif ctx.torch_variant and ctx.torch_variant.arches is not None:
+    elif ctx.torch_variant and ctx.torch_variant.arches is not None and ctx.torch_variant.covers(ctx.torch.version):
         ctx.torch_arches, ctx.torch_ptx = ctx.torch_variant.arches, ctx.torch_variant.ptx
 
 

@@ -73,6 +73,13 @@ class TorchVariant:
     nccl: Version | None
     python: tuple[Version, Version] | None
     source: str
+    versions: SpecifierSet | None = None  # the patch releases its arch list holds for (None: every one)
+
+    def covers(self, version: Version) -> bool:
+        """Does its arch list hold for this torch version? A version given without its patch ("1.3") is the release
+        as a whole, judged by the newest builds."""
+        return self.versions is None or len(version.release) < 3 or self.versions.contains(
+            Version(version.public), prereleases=True)
 
 
 @dataclass(frozen=True)
@@ -261,6 +268,7 @@ def _variant(row: dict, release_source: str) -> TorchVariant:
         nccl=Version(row["nccl"]) if "nccl" in row else None,
         python=python,
         source=row.get("source", release_source),
+        versions=SpecifierSet(row["versions"]) if "versions" in row else None,
     )
 
 
