@@ -115,8 +115,8 @@ def test_torch_before_1_3_is_judged():
 
 
 def test_a_pypi_wheel_is_judged_by_the_arches_it_was_built_for():
-    """PyPI's cu102 wheels of 1.3.1 to 1.12 start at sm_37 (the pytorch channel's packages carry sm_35 too)."""
-    assert errors(torch="1.8.1", ccs=((3, 5),)) == {"gpu-arch-not-in-torch"}
+    """PyPI's cu102 wheels of 1.3.1 to 1.12 start at sm_37 (the pytorch channel's packages carry sm_35 too, so an
+    untagged 1.8.1 is only warned about: test_compat_torch_builds.py)."""
     assert errors(torch="1.12.1+cu102", ccs=((3, 5),)) == {"gpu-arch-not-in-torch"}
     assert errors(torch="1.8.1", ccs=((3, 7),)) == set()
     assert errors(torch="1.8.1", torch_cuda="10.2", ccs=((3, 5),)) == set()  # may be the conda package

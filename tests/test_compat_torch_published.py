@@ -12,7 +12,8 @@ from gptforge.compat.facts import facts
 
 F = facts()
 COMPLETE = sorted(r for r, release in F.torch.items() if release.wheels_complete)
-CUDAS = ["10.1", "10.2", "11.1", "11.3", "11.6", "11.7", "11.8", "12.1", "12.4", "12.6", "12.8", "13.0"]
+CUDAS = ["10.1", "10.2", "11.1", "11.3", "11.6", "11.7", "11.8", "12.1", "12.4", "12.6", "12.8", "12.9", "13.0", "13.1",
+         "13.2"]
 
 
 def errors(torch: str) -> set[str]:
@@ -29,10 +30,14 @@ def test_an_unpublished_cuda_build_is_an_error():
     assert errors("2.1.0+cu121") == set()
     assert errors("2.6.0+cu121") == {"torch-build-unpublished"}  # the cu121 index stops at 2.5.1
     assert errors("2.5.1+cu121") == set()
+    # 2.8 to 2.11: the stable and experimental columns of RELEASE.md's matrix (visualbruno/ComfyUI-Trellis2#131)
+    assert errors("2.10.0+cu131") == {"torch-build-unpublished"}
+    assert errors("2.10.0+cu130") == set()
+    assert errors("2.8.0+cu129") == set() and errors("2.9.1+cu129") == {"torch-build-unpublished"}
 
 
 def test_silent_where_the_table_may_lack_builds():
-    assert "torch-build-unpublished" not in errors("2.8.0+cu117")  # release not marked complete
+    assert "torch-build-unpublished" not in errors("2.12.0+cu117")  # release not marked complete (2.12.1 added cu129)
     assert "torch-build-unpublished" not in errors("2.2.0.dev20231010+cu117")  # a nightly
     assert "torch-build-unpublished" not in errors("2.3.9+cu117")  # a version PyPI never had
     assert "torch-build-unpublished" not in errors("2.1.0+cpu")
