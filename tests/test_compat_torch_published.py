@@ -33,7 +33,8 @@ def test_an_unpublished_cuda_build_is_an_error():
     # 2.8 to 2.11: the stable and experimental columns of RELEASE.md's matrix (visualbruno/ComfyUI-Trellis2#131)
     assert errors("2.10.0+cu131") == {"torch-build-unpublished"}
     assert errors("2.10.0+cu130") == set()
-    assert errors("2.8.0+cu129") == set() and errors("2.9.1+cu129") == {"torch-build-unpublished"}
+    assert errors("2.8.0+cu129") == set() and errors("2.9.1+cu129") == set()  # cu129 beside the matrix, #187834
+    assert errors("2.9.1+cu131") == {"torch-build-unpublished"}
 
 
 def test_silent_where_the_table_may_lack_builds():
