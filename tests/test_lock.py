@@ -57,6 +57,19 @@ def test_lock_check_passes():
     assert [p.line() for p in _check(ROOT)] == []
 
 
+def test_the_exports_are_the_same_text_with_either_yaml_emitter(monkeypatch):
+    """The check renders through libyaml's emitter; a machine whose PyYAML lacks it uses the Python one."""
+    import yaml
+
+    from gptforge.lock import exports
+    from gptforge.lock.files import read_yaml
+
+    m, lock = manifest.load(ROOT / "pixi.toml"), read_yaml(ROOT / "pixi.lock")
+    with_libyaml = exports.render_all(m, lock)
+    monkeypatch.delattr(yaml, "CSafeDumper")
+    assert exports.render_all(m, lock) == with_libyaml
+
+
 def test_conda_lock_parses_every_export():
     from conda_lock.lockfile import parse_conda_lock_file
 

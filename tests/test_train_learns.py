@@ -7,10 +7,8 @@ import json
 import math
 from pathlib import Path
 
-import pytest
-from filelock import FileLock
 
-from conftest import run_main, session_dir
+from conftest import run_main
 from gptforge.train.metrics import read_records
 
 # Measured (docs/train.md): gpt2-tiny (2048-token BPE), 200 steps on the embedded corpus, CPU fp32:
@@ -20,33 +18,23 @@ VAL_LOSS_BOUND = 6.15
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # steadier than two threads on a shared two-core machine
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory, train_data_cache):
-    """Trained once a session: where the xdist workers split this module, the second reads the first's run."""
-    workdir = session_dir(tmp_path_factory) / "learn"
-    workdir.mkdir(exist_ok=True)
-    summary = workdir / "summary.json"
-    with FileLock(workdir / ".lock"):
-        if not summary.exists():
-            proc = run_main("train", "--config", "gpt2-tiny", "--run-dir", str(workdir / "run"), "train-iters=200",
-                            f"data-cache-dir={train_data_cache}", "--json", cwd=workdir, env=ONE_THREAD)
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            summary.write_text(proc.stdout)
-    return workdir / "run", json.loads(summary.read_text())
+def train_tiny(workdir: Path, train_data_cache: Path) -> tuple[Path, dict]:
+    proc = run_main("train", "--config", "gpt2-tiny", "--run-dir", str(workdir / "run"), "train-iters=200",
+                    f"data-cache-dir={train_data_cache}", "--json", cwd=workdir, env=ONE_THREAD)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return workdir / "run", json.loads(proc.stdout)
 
 
-def test_tiny_config_learns_the_embedded_corpus(tiny_run):
-    run_dir, summary = tiny_run
+def test_the_tiny_config_learns_leaves_its_logs_and_samples(tmp_path, train_data_cache):
+    """One 200-step run (the suite's longest CPU run, so one test): it learns, leaves its logs, plot and
+    checkpoint, and samples from that checkpoint."""
+    run_dir, summary = train_tiny(tmp_path, train_data_cache)
     evals = read_records(run_dir / "metrics.jsonl", "eval")
     train = read_records(run_dir / "metrics.jsonl", "train")
     assert [r["step"] for r in train] == list(range(1, 201))
     assert evals[0]["step"] == 0 and abs(evals[0]["loss"] - math.log(2048)) < 0.3
     assert summary["final_val_loss"] == evals[-1]["loss"] < VAL_LOSS_BOUND
     assert evals[-1]["loss"] < evals[len(evals) // 2]["loss"] < evals[0]["loss"]
-
-
-def test_run_leaves_logs_plot_and_checkpoint(tiny_run):
-    run_dir, summary = tiny_run
     record = read_records(run_dir / "metrics.jsonl", "train")[-1]
     assert {"loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "mfu", "mem_gib"} <= set(record)
     assert record["tokens_per_s"] > 0 and record["mfu"] is None  # CPU: no peak, says so
@@ -59,6 +47,12 @@ def test_run_leaves_logs_plot_and_checkpoint(tiny_run):
     assert summary["plot"] == str(run_dir / "loss.png")
     assert 0 < summary["train_passes"] < 1  # 200 steps of 16 samples read a quarter of the corpus' training split
     assert "data-repeats" not in notes
+    proc = run_main("sample", "--checkpoint", str(run_dir), "--prompt", "The list", "--max-new-tokens", "30", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["step"] == 200 and out["tokens"] == 30 and out["completion"]
+    again = run_main("sample", "--checkpoint", str(run_dir), "--prompt", "The list", "--max-new-tokens", "30", "--json")
+    assert json.loads(again.stdout)["completion"] == out["completion"]  # seeded
 
 
 def test_a_run_that_repeats_its_data_says_its_training_loss_is_not_held_out():
@@ -69,16 +63,6 @@ def test_a_run_that_repeats_its_data_says_its_training_loss_is_not_held_out():
     assert repeat_note(SimpleNamespace(passes=1.0)) is None and repeat_note(object()) is None
     note = repeat_note(SimpleNamespace(passes=10.24))
     assert note.code == "data-repeats" and " 10.2 " in note.message
-
-
-def test_sample_from_the_trained_run(tiny_run):
-    run_dir, _ = tiny_run
-    proc = run_main("sample", "--checkpoint", str(run_dir), "--prompt", "The list", "--max-new-tokens", "30", "--json")
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
-    assert out["step"] == 200 and out["tokens"] == 30 and out["completion"]
-    again = run_main("sample", "--checkpoint", str(run_dir), "--prompt", "The list", "--max-new-tokens", "30", "--json")
-    assert json.loads(again.stdout)["completion"] == out["completion"]  # seeded
 
 
 def test_sample_without_a_checkpoint_is_one_line(tmp_path):

@@ -19,6 +19,12 @@ from gptforge.lock.manifest import Environment, Manifest
 HEADER = "# Generated from pixi.lock by `pixi run lock`; do not edit.\n"
 
 
+def _yaml(doc, **options) -> str:
+    """yaml.safe_dump through libyaml's emitter where PyYAML has it: the pure-Python one was most of `lock check`'s
+    time. Both write the same text for these documents (tests/test_lock.py holds them to it)."""
+    return yaml.dump(doc, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), **options)
+
+
 def env_packages(lock: dict, env_name: str) -> tuple[list[dict], list[dict]]:
     """The environment's locked conda and PyPI entries, in lock order."""
     by_key = {p.get("conda") or p.get("pypi"): p for p in lock["packages"]}
@@ -57,7 +63,7 @@ def _pip_deps(requires: list[str]) -> dict[str, str]:
 def conda_lock(manifest: Manifest, env: Environment, lock: dict) -> str:
     conda, pypi = env_packages(lock, env.name)
     subdir = env.platform.subdir
-    section = yaml.safe_dump(lock["environments"][env.name], sort_keys=True).encode()
+    section = _yaml(lock["environments"][env.name], sort_keys=True).encode()
     packages = []
     for entry in conda:
         name, version, _ = conda_name_version(entry)
@@ -76,7 +82,7 @@ def conda_lock(manifest: Manifest, env: Environment, lock: dict) -> str:
         "content_hash": {subdir: hashlib.sha256(section).hexdigest()},
         "channels": [{"url": c.split("/")[-2], "used_env_vars": []} for c in manifest.channels],
         "platforms": [subdir], "sources": ["pixi.lock"]}, "package": packages}
-    return HEADER + yaml.safe_dump(doc, sort_keys=False, width=1000)
+    return HEADER + _yaml(doc, sort_keys=False, width=1000)
 
 
 def requirements(manifest: Manifest, env: Environment, lock: dict) -> str:
@@ -96,7 +102,7 @@ def environment_yml(manifest: Manifest, env: Environment) -> str:
     deps = [d.replace(" *", "") for d in deps] + (["pip", {"pip": pip}] if pip else [])
     doc = {"name": f"gptforge-{env.name}", "channels": [c.split("/")[-2] for c in manifest.channels],
            "platforms": [env.platform.subdir], "dependencies": deps}
-    return HEADER + yaml.safe_dump(doc, sort_keys=False)
+    return HEADER + _yaml(doc, sort_keys=False)
 
 
 def virtual_packages_yml(env: Environment) -> str:
@@ -104,7 +110,7 @@ def virtual_packages_yml(env: Environment) -> str:
     for vp in env.platform.virtual_packages():
         name, version, *build = vp.split("=")
         packages[name] = f"{version} {build[0]}" if build else version
-    return HEADER + yaml.safe_dump({"subdirs": {env.platform.subdir: {"packages": packages}}}, sort_keys=False)
+    return HEADER + _yaml({"subdirs": {env.platform.subdir: {"packages": packages}}}, sort_keys=False)
 
 
 def render_all(manifest: Manifest, lock: dict) -> dict[str, str]:
