@@ -83,3 +83,35 @@ def test_flash_attn_nvcc_floor_at_each_tag():
     assert "flash-attn-unsupported" not in codes(flash_attn="2.0.4", cuda="11.3")  # v2.0.0: CUDA 11
     assert "flash-attn-unsupported" in codes(flash_attn="2.0.6", cuda="11.3")  # v2.0.6: 11.4
     assert "flash-attn-unsupported" in codes(flash_attn="2.1.2", cuda="11.4")  # v2.1.2: 11.6
+    assert "flash-attn-unsupported" not in codes(flash_attn="2.4.2", cuda="11.6")  # v2.4.2: setup.py's 11.6
+    # v2.4.3 to v2.6.3: setup.py says 11.6, but the kernels' __grid_constant__ needs nvcc 11.7
+    # (Dao-AILab/flash-attention#1206)
+    assert "flash-attn-unsupported" in codes(flash_attn="2.4.3", cuda="11.6")
+    assert "flash-attn-unsupported" in codes(flash_attn="2.6.3", cuda="11.6")
+    assert "flash-attn-unsupported" not in codes(flash_attn="2.6.3", cuda="11.7")
+    assert "flash-attn-unsupported" in codes(flash_attn="2.7.0", cuda="11.6")  # v2.7.0: setup.py's 11.7
+
+
+def _flash_attn_nvcc_floor(version: Version) -> Version | None:
+    row = next((r for r in EXT["flash_attn"] if SpecifierSet(r["versions"]).contains(version, prereleases=True)),
+               None)
+    return Version(row["nvcc_min"]) if row else None
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.tuples(st.integers(0, 9), st.integers(0, 4)), st.tuples(st.integers(0, 9), st.integers(0, 4)))
+def test_flash_attn_nvcc_floor_never_falls_with_the_release(older, newer):
+    older_version, newer_version = sorted((Version(f"2.{older[0]}.{older[1]}"), Version(f"2.{newer[0]}.{newer[1]}")))
+    low, high = _flash_attn_nvcc_floor(older_version), _flash_attn_nvcc_floor(newer_version)
+    if low and high:
+        assert low <= high, (older_version, newer_version)
+
+
+def test_transformer_engine_gpu_floor_from_the_release_whose_readme_states_it():
+    """README "Hardware: Blackwell, Hopper, Grace Hopper/Blackwell, Ada, Ampere" ships from v2.3 (#1689): Turing is
+    below it there; v2.2's README states no floor (not checked)."""
+    assert "te-unsupported" in codes(transformer_engine="2.3", ccs=((7, 5),))
+    assert "te-unsupported" in codes(transformer_engine="2.4.0", ccs=((7, 0),))
+    assert "te-unsupported" not in codes(transformer_engine="2.3", ccs=((8, 0),))
+    assert "te-unsupported" not in codes(transformer_engine="2.2", ccs=((7, 5),))
+    assert "not-checked" in codes(Severity.INFO, transformer_engine="2.2", ccs=((7, 5),))

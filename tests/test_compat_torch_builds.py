@@ -9,6 +9,7 @@ from packaging.version import Version
 from gptforge.compat import Combination, check
 from gptforge.compat.arches import ptx_runs_on, runs_on
 from gptforge.compat.facts import facts
+from gptforge.core.versions import parse_cuda
 
 F = facts()
 CCS = [(3, 5), (3, 7), (5, 0), (6, 1), (7, 0), (7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)]
@@ -68,3 +69,43 @@ def test_a_patch_bounded_arch_list_holds_from_its_first_patch(patch, rc):
     assert build.covers(Version(f"1.3.{patch}")) == (patch >= 1)
     assert build.covers(Version("1.3"))  # the release as a whole: its newest builds
     assert build.covers(Version(f"1.3.{patch}rc{rc}")) == (patch >= 2)  # PEP 440: 1.3.1rc1 comes before 1.3.1
+
+
+def test_torch_cuda_without_torch_errs_where_no_build_for_that_cuda_runs_on_the_gpu():
+    """Kaggle/kaggle-cli#1151: a P100 (sm_60) with a torch for CUDA 12.8: the cu128 builds (2.7 onward) start at
+    sm_70 or sm_75. A V100 runs the 2.8 to 2.10 cu128 builds but not 2.7's or 2.11's: which is installed decides."""
+    assert arch_findings(torch_cuda="12.8", ccs=((6, 0),)) == {"gpu-arch-not-in-torch": "error"}
+    assert arch_findings(torch_cuda="12.8", ccs=((7, 0),)) == {"gpu-arch-not-in-torch": "warning"}
+    assert arch_findings(torch_cuda="12.8", ccs=((7, 5),)) == {}
+    assert arch_findings(torch_cuda="12.6", ccs=((6, 0),)) == {}
+    assert arch_findings(torch_cuda="12.9", ccs=((6, 0),)) == {}  # PyPI's cu129 lists are not recorded: not judged
+    assert arch_findings(torch_cuda="11.8", ccs=((12, 0),)) == {"gpu-arch-not-in-torch": "error"}  # one finding
+
+
+def _fully_recorded_cudas() -> list[str]:
+    by_cuda: dict[str, list] = {}
+    for release in F.torch.values():
+        for build in release.variants:
+            by_cuda.setdefault(str(build.cuda.release), []).append(build)
+    return sorted(cuda for cuda, builds in by_cuda.items() if all(b.arches is not None for b in builds))
+
+
+def _gpu_refused(**fields) -> bool:
+    """Does the check call the GPU unable to run this torch (no kernels for it, or below every build's floor)?"""
+    return any(f.severity.value == "error" and f.code in ("gpu-arch-not-in-torch", "gpu-too-old-for-torch")
+               for f in check(Combination(**fields)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(_fully_recorded_cudas()), st.sampled_from(CCS))
+def test_torch_cuda_alone_agrees_with_each_release_build_for_it(cuda, cc):
+    """An error for a CUDA alone: every release's PyPI build for it, given with --torch, is refused too; silence:
+    none is."""
+    alone = arch_findings(torch_cuda=cuda, ccs=(cc,)).get("gpu-arch-not-in-torch")
+    refused = [_gpu_refused(torch=f"{release.release}.0+{build.cuda.tag}", ccs=(cc,))
+               for release in F.torch.values()
+               if (build := release.variant(parse_cuda(cuda), "pypi")) is not None and build.versions is None]
+    if alone == "error":
+        assert all(refused)
+    elif alone is None:
+        assert not any(refused)

@@ -46,7 +46,9 @@ def test_unknown_bundled_cudnn_is_not_checked_rather_than_ok():
 
 
 def test_flash_attn_floors_follow_the_release():
-    assert codes(flash_attn="2.6.3", cuda="11.6") == set()
+    assert codes(flash_attn="2.4.2", cuda="11.6") == set()
+    # setup.py let 11.6 through until 2.7.0, but from 2.4.3 the kernels need nvcc 11.7 (flash-attention#1206)
+    assert codes(flash_attn="2.6.3", cuda="11.6") == {"flash-attn-unsupported"}
     assert codes(flash_attn="2.7.4.post1", cuda="11.6") == {"flash-attn-unsupported"}
     assert codes(flash_attn="3.0.0b1", cuda="12.4", ccs=((8, 0),)) == {"flash-attn-arch-unsupported"}
     assert codes(flash_attn="2.8.3", ccs=((8, 9),)) == set()

@@ -118,6 +118,8 @@ def rule_torch_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
             yield Finding("not-checked", INFO, f"the GPUs against torch {ctx.torch}: not checked: no data for the "
                           "arches that build carries", "give them with --torch-arch-list (torch.cuda.get_arch_list())")
         yield from _beyond_torch_cuda(ctx, suggest)
+        if ctx.torch is None and ctx.torch_cuda and not ctx.torch_is_cpu:
+            yield from _every_build_for_cuda(ctx, suggest)
         return
     if ctx.torch_is_cpu:
         return
@@ -144,17 +146,55 @@ def rule_torch_arch(ctx: Context, suggest: bool) -> Iterator[Finding]:
                             f"sm_{cc[0]}{cc[1]}"))
 
 
+def _build_runs_on(build: TorchVariant, cc: CC) -> bool:
+    """Does the build's recorded arch list run on the GPU: SASS, or PTX of its highest arch?"""
+    top = max(a.cc for a in build.arches)
+    return any(runs_on(a, cc) for a in build.arches) or any(ptx_runs_on(a, cc) for a in build.ptx if a.cc >= top)
+
+
 def _builds_running_on(ctx: Context, cc: CC) -> list[TorchVariant]:
-    """The published builds of the torch release whose recorded arch list runs on the GPU (SASS, or PTX of its
-    highest arch); a build whose list is not recorded is not counted."""
-    found = []
-    for build in ctx.torch_release.variants:
-        if build.arches is None or not build.covers(ctx.torch.version):
-            continue
-        top = max(a.cc for a in build.arches)
-        if any(runs_on(a, cc) for a in build.arches) or any(ptx_runs_on(a, cc) for a in build.ptx if a.cc >= top):
-            found.append(build)
-    return found
+    """The published builds of the torch release whose recorded arch list runs on the GPU; a build whose list is
+    not recorded is not counted."""
+    return [build for build in ctx.torch_release.variants
+            if build.arches is not None and build.covers(ctx.torch.version) and _build_runs_on(build, cc)]
+
+
+def _every_build_for_cuda(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    """torch's CUDA given without torch: where every recorded build for that CUDA (any release, any channel) lacks
+    the GPU, whichever is installed fails on it; where only some lack it, which release is installed decides (the
+    rule an untagged torch version follows against its release's builds, _default_build_lacks). Not judged while
+    a build for that CUDA has no recorded arch list."""
+    key = (ctx.torch_cuda.major, ctx.torch_cuda.minor)
+    builds = [(release, build) for release in ctx.facts.torch.values() for build in release.variants
+              if (build.cuda.major, build.cuda.minor) == key]
+    targetable = ctx.facts.targetable(ctx.torch_cuda)
+    if not builds or any(build.arches is None for _, build in builds) or not targetable:
+        return
+    top = max(a.cc for a in targetable if not a.suffix)
+    for cc in ctx.ccs:
+        if cc[0] > top[0]:
+            continue  # beyond what the CUDA can target at all (_beyond_torch_cuda)
+        running = sorted({release.release for release, build in builds if _build_runs_on(build, cc)}, key=Version)
+        lacking = sorted({release.release for release, build in builds if not _build_runs_on(build, cc)},
+                         key=Version)
+        if running and lacking:
+            yield Finding("gpu-arch-not-in-torch", W,
+                          f"torch's builds for CUDA {ctx.torch_cuda.release} differ on CC {format_cc(cc)}: those of "
+                          f"torch {', '.join(running)} have kernels for it, those of {', '.join(lacking)} do not",
+                          "give the installed torch with --torch to judge it")
+        elif lacking:
+            yield Finding("gpu-arch-not-in-torch", E,
+                          f"no recorded torch build for CUDA {ctx.torch_cuda.release} (torch {lacking[0]} to "
+                          f"{lacking[-1]}) has kernels for CC {format_cc(cc)}: 'no kernel image is available for "
+                          "execution on the device'",
+                          join_fixes(env_hint(ctx, suggest), _cuda_with_builds_for(ctx, cc)))
+
+
+def _cuda_with_builds_for(ctx: Context, cc: CC) -> str:
+    cudas = sorted({build.cuda.release for release in ctx.facts.torch.values() for build in release.variants
+                    if build.channel == "pypi" and build.arches is not None and _build_runs_on(build, cc)})
+    newest = f" (the newest CUDA with one: {cudas[-1]})" if cudas else ""
+    return f"install a torch build whose arch list includes sm_{cc[0]}{cc[1]}{newest}"
 
 
 def _default_build_lacks(ctx: Context, cc: CC, listed: str, others: list[TorchVariant]) -> Finding:

@@ -93,9 +93,10 @@ def rule_flash_attn(ctx: Context, suggest: bool) -> Iterator[Finding]:
     if ctx.nvcc and ctx.nvcc.release < need and "flash_attn" not in ctx.prebuilt:  # a wheel needs no nvcc
         torch_cuda = ctx.torch_cuda
         matched = f"nvcc {torch_cuda.release}" if torch_cuda and torch_cuda.release >= need else f"nvcc >= {need}"
+        error = row.get("nvcc_error", f"FlashAttention is only supported on CUDA {need} and above")
         yield Finding("flash-attn-unsupported", E,
                       f"flash-attn {ctx.flash_attn} builds only with nvcc >= {need}, not {ctx.nvcc.release}: "
-                      f"'FlashAttention is only supported on CUDA {need} and above'",
+                      f"'{error}'",
                       f"use {matched} (flash-attn {ctx.flash_attn} needs nvcc >= {need}), or a flash-attn release "
                       "whose floor your nvcc meets")
     low = parse_arch(row["cc_min"]).cc
