@@ -49,7 +49,7 @@ def test_the_2026_corpus_states_each_report_fully():
     assert len(rows) >= 40
     for row in rows:
         assert row["url"].startswith("https://") and row["args"] and row["saw"] and row["cause"], row["url"]
-        assert row["verdict"] in ("fails", "works") and row["part"] in ("dev", "held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6", "held-out-7"), row["url"]
+        assert row["verdict"] in ("fails", "works") and row["part"] in ("dev", "held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6", "held-out-7", "held-out-8"), row["url"]
         assert (row["verdict"] == "works") == (not row["expect"]), row["url"]
 
 
@@ -132,4 +132,14 @@ def test_the_2026_seventh_held_out_part_keeps_its_first_score():
 
     outcomes = score_2026("held-out-7")
     assert len(outcomes["right"]) >= 17
+    assert not outcomes["false alarm"], [r["url"] for r, _ in outcomes["false alarm"]]
+
+
+def test_the_2026_eighth_held_out_part_keeps_its_first_score():
+    # Gathered blind after the seventh held-out part was spent, as that one was; scored once: 12 right, 2 missed,
+    # 0 false alarms, 6 inexpressible. A regression floor, never a target to fit.
+    from compat_corpus import score_2026
+
+    outcomes = score_2026("held-out-8")
+    assert len(outcomes["right"]) >= 12
     assert not outcomes["false alarm"], [r["url"] for r, _ in outcomes["false alarm"]]
