@@ -115,3 +115,36 @@ def test_transformer_engine_gpu_floor_from_the_release_whose_readme_states_it():
     assert "te-unsupported" not in codes(transformer_engine="2.3", ccs=((8, 0),))
     assert "te-unsupported" not in codes(transformer_engine="2.2", ccs=((7, 5),))
     assert "not-checked" in codes(Severity.INFO, transformer_engine="2.2", ccs=((7, 5),))
+
+
+def test_a_flash_attn_version_without_its_patch_is_judged_by_every_release_of_it():
+    # Every 2.x release refuses GPUs below Ampere (csrc/flash_attn/flash_api.cpp at each tag).
+    assert "flash-attn-arch-unsupported" in codes(flash_attn="2", ccs=((7, 5),))  # flash-attention#762
+    assert "flash-attn-arch-unsupported" in codes(flash_attn="2", ccs=((5, 2),))  # flash-attention#406
+    assert "flash-attn-arch-unsupported" not in codes(Severity.WARNING, flash_attn="2", ccs=((8, 6),))
+    assert not codes(flash_attn="2", ccs=((8, 6),), driver="515.65.01")  # flash-attention#802
+    # nvcc 10.2 is below every 2.x floor; 11.2 only below 2.0.6's and later ones; 11.6 only below 2.4.3's.
+    assert "flash-attn-unsupported" in codes(flash_attn="2", cuda="10.2")
+    assert "flash-attn-unsupported" not in codes(flash_attn="2", cuda="11.2")
+    assert "flash-attn-unsupported" in codes(Severity.WARNING, flash_attn="2", cuda="11.2")
+    assert "flash-attn-unsupported" in codes(Severity.WARNING, flash_attn="2.4", cuda="11.6")
+    assert "flash-attn-unsupported" in codes(flash_attn="2.5", cuda="11.6")  # every 2.5.x has __grid_constant__
+    assert "flash-attn-unsupported" in codes(flash_attn="2.4.3", cuda="11.6")  # a full version is that release
+
+
+SERIES = ["2", "2.0", "2.1", "2.3", "2.4", "2.5", "2.6", "2.7", "2.8"]
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(st.sampled_from(SERIES), st.sampled_from([None, "10.2", "11.2", "11.4", "11.6", "11.7", "12.4", "12.8"]),
+       st.sampled_from([(5, 2), (7, 0), (7, 5), (8, 0), (8, 6), (9, 0), (10, 0), (12, 0)]))
+def test_a_flash_attn_series_error_is_an_error_of_each_of_its_releases(series, cuda, cc):
+    from gptforge.compat.extension_rules import flash_attn_series
+
+    releases = flash_attn_series(Version(series))
+    assert releases and all(str(r).startswith(series + ".") for r in releases)
+    fields = {"cuda": cuda, "ccs": (cc,)}
+    judged = codes(flash_attn=series, **fields) & {"flash-attn-unsupported", "flash-attn-arch-unsupported"}
+    each = [codes(flash_attn=str(r), **fields) for r in releases]
+    for code in ("flash-attn-unsupported", "flash-attn-arch-unsupported"):
+        assert (code in judged) == all(code in found for found in each), (series, cuda, cc, code)

@@ -285,3 +285,28 @@ def test_cudnn_runtime_against_compiled_follows_torchs_check(compiled, runtime, 
     before_1_0 = torch is not None and torch.startswith("0.")
     fails = r_major != c_major or r_minor < c_minor or (r_minor != c_minor and (before_1_0 or c_major < 7))
     assert bool(found) == fails, (compiled, runtime, torch)
+
+
+def test_torch_headers_without_this_pointer_fail_under_gcc_5_as_nvcc_host_compiler():
+    def found(**fields):
+        return {f.code: f.severity.value for f in check(Combination(**fields)) if f.code == "torch-headers-gcc"}
+
+    assert found(torch="1.5.0", cuda="10.1", gcc="5.4.0") == {"torch-headers-gcc": "error"}  # apex#820
+    assert found(torch="1.5.1", cuda="10.1", gcc="5.4.0") == {}  # pytorch#37221 added `this->`
+    assert found(torch="1.5", cuda="10.1", gcc="5.4.0") == {"torch-headers-gcc": "warning"}  # 1.5.0 only
+    assert found(torch="1.9.1", cuda="11.1", gcc="5.4.0") == {}
+    assert found(torch="1.11.0", cuda="11.1", gcc="5.4.0") == {"torch-headers-gcc": "error"}  # apex#1531
+    assert found(torch="1.11.0", cuda="11.1", gcc="7.5.0") == {}
+    assert found(torch="1.11.0", gcc="5.4.0") == {}  # no nvcc: no .cu file is compiled
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(st.sampled_from(["1.4.0", "1.5", "1.5.0", "1.5.1", "1.9.0", "1.10", "1.10.2", "1.12.1", "1.13.1", "2.0.1"]),
+       st.integers(4, 13), st.integers(4, 13))
+def test_a_newer_gcc_never_adds_the_torch_header_error(torch, gcc_a, gcc_b):
+    low, high = sorted((gcc_a, gcc_b))
+
+    def errors(gcc):
+        return {f.code for f in check(Combination(torch=torch, cuda="10.2", gcc=f"{gcc}.1"))
+                if f.severity.value == "error"}
+    assert "torch-headers-gcc" not in errors(high) or "torch-headers-gcc" in errors(low)

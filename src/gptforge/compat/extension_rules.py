@@ -4,6 +4,7 @@ recipes), flash-attn and DeepSpeed (facts: data/extensions.toml)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from packaging.version import Version
 
@@ -13,6 +14,7 @@ from gptforge.compat.context import Context
 from gptforge.compat.facts import release_row
 from gptforge.compat.findings import Finding, Severity, no_data
 from gptforge.compat.rule_helpers import at_least
+from gptforge.compat.wheel_rules import flash_attn_releases
 from gptforge.core.versions import format_cc, parse_cuda
 
 E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
@@ -85,20 +87,58 @@ def rule_te_recipe(ctx: Context, suggest: bool) -> Iterator[Finding]:
 def rule_flash_attn(ctx: Context, suggest: bool) -> Iterator[Finding]:
     if ctx.flash_attn is None:
         return
-    row = release_row(ctx.facts.extensions.get("flash_attn", []), ctx.flash_attn)
-    if row is None:
-        yield no_data(f"flash-attn {ctx.flash_attn} (its nvcc floor and GPUs)")
+    table = ctx.facts.extensions.get("flash_attn", [])
+    series = flash_attn_series(ctx.flash_attn)
+    if not series:
+        row = release_row(table, ctx.flash_attn)
+        if row is None:
+            yield no_data(f"flash-attn {ctx.flash_attn} (its nvcc floor and GPUs)")
+            return
+        yield from (finding for _, finding in _flash_attn_findings(ctx, row))
         return
+    # A version without its patch ("2", "2.4") is every release of that series: an error only where each of them
+    # gives it, a warning naming the releases where only some do.
+    by_release = {release: release_row(table, release) for release in series}
+    judged = {release: dict(_flash_attn_findings(ctx, row)) for release, row in by_release.items() if row}
+    if len(judged) < len(series):
+        yield no_data(f"flash-attn {', '.join(str(r) for r in series if not by_release[r])} "
+                      "(their nvcc floor and GPUs)")
+    keys = dict.fromkeys(key for found in judged.values() for key in found)
+    for key in keys:
+        hit = [release for release, found in judged.items() if key in found]
+        finding = judged[hit[0]][key]
+        if len(hit) == len(series):
+            yield finding
+        else:
+            yield replace(finding, severity=W, message=f"{finding.message} (flash-attn {_span(hit)} of the "
+                                                      f"{ctx.flash_attn}.x releases)")
+
+
+def flash_attn_series(version: Version) -> list[Version]:
+    """The published releases a version given without its patch stands for ("2" -> 2.0.0 .. 2.8.3.post1); none
+    for a full version."""
+    if len(version.release) >= 3 or version.pre or version.post or version.dev or version.local:
+        return []
+    return sorted(release for release in map(Version, flash_attn_releases())
+                  if release.release[:len(version.release)] == version.release)
+
+
+def _span(releases: list[Version]) -> str:
+    return str(releases[0]) if len(releases) == 1 else f"{releases[0]} to {releases[-1]}"
+
+
+def _flash_attn_findings(ctx: Context, row: dict) -> Iterator[tuple[tuple, Finding]]:
+    """What one flash-attn release row says, each finding keyed by what it is about (nvcc, or a GPU)."""
     need = parse_cuda(row["nvcc_min"])
     if ctx.nvcc and ctx.nvcc.release < need and "flash_attn" not in ctx.prebuilt:  # a wheel needs no nvcc
         torch_cuda = ctx.torch_cuda
         matched = f"nvcc {torch_cuda.release}" if torch_cuda and torch_cuda.release >= need else f"nvcc >= {need}"
         error = row.get("nvcc_error", f"FlashAttention is only supported on CUDA {need} and above")
-        yield Finding("flash-attn-unsupported", E,
-                      f"flash-attn {ctx.flash_attn} builds only with nvcc >= {need}, not {ctx.nvcc.release}: "
-                      f"'{error}'",
-                      f"use {matched} (flash-attn {ctx.flash_attn} needs nvcc >= {need}), or a flash-attn release "
-                      "whose floor your nvcc meets")
+        yield ("nvcc",), Finding(
+            "flash-attn-unsupported", E,
+            f"flash-attn {ctx.flash_attn} builds only with nvcc >= {need}, not {ctx.nvcc.release}: '{error}'",
+            f"use {matched} (flash-attn {ctx.flash_attn} needs nvcc >= {need}), or a flash-attn release "
+            "whose floor your nvcc meets")
     low = parse_arch(row["cc_min"]).cc
     high = parse_arch(row["cc_max"]).cc if "cc_max" in row else None
     sass = _flash_attn_kernels(ctx, row)
@@ -106,15 +146,16 @@ def rule_flash_attn(ctx: Context, suggest: bool) -> Iterator[Finding]:
     for cc in ctx.ccs:
         if cc < low or (high and cc[0] > high[0]):
             span = f"CC {row['cc_min']}" + (f" to {row['cc_max']}" if high else "+")
-            yield Finding("flash-attn-arch-unsupported", E,
-                          f"flash-attn {ctx.flash_attn} supports {span}, not CC {format_cc(cc)}",
-                          "use torch's scaled_dot_product_attention (no flash-attn) on this GPU")
+            yield ("gpu", cc), Finding("flash-attn-arch-unsupported", E,
+                                       f"flash-attn {ctx.flash_attn} supports {span}, not CC {format_cc(cc)}",
+                                       "use torch's scaled_dot_product_attention (no flash-attn) on this GPU")
         elif sass and not any(runs_on(a, cc) for a in sass):
-            yield Finding("flash-attn-arch-unsupported", E,
-                          f"flash-attn {ctx.flash_attn} has no kernels for CC {format_cc(cc)} "
-                          f"(it builds {' '.join(a.sm for a in sass)}{built_by}): 'no kernel image is available'",
-                          "use a flash-attn release (and nvcc) with kernels for this GPU, "
-                          "or torch's scaled_dot_product_attention")
+            yield ("gpu", cc), Finding(
+                "flash-attn-arch-unsupported", E,
+                f"flash-attn {ctx.flash_attn} has no kernels for CC {format_cc(cc)} "
+                f"(it builds {' '.join(a.sm for a in sass)}{built_by}): 'no kernel image is available'",
+                "use a flash-attn release (and nvcc) with kernels for this GPU, "
+                "or torch's scaled_dot_product_attention")
 
 
 def _flash_attn_kernels(ctx: Context, row: dict) -> list[Arch]:

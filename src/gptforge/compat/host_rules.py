@@ -1,6 +1,7 @@
 """What published wheels need from the host: glibc (their manylinux tag, or the runner they were built on),
-libstdc++ (the GLIBCXX of the gcc that built an extension), and the Pythons a TransformerEngine release
-accepts. Facts: data/host_libs.toml, torch_python.toml, torch_abi.toml, flash_attn_wheels.toml, te_wheels.toml.
+libstdc++ (the GLIBCXX of the gcc that built an extension), the gcc torch's headers compile with, and the Pythons a
+TransformerEngine release accepts. Facts: data/host_libs.toml, torch_python.toml, torch_abi.toml, torch.toml,
+flash_attn_wheels.toml, te_wheels.toml.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from gptforge.compat.host_libs import build_os_glibc, gcc_glibcxx, manylinux_gli
 from gptforge.compat.wheel_rules import flash_attn_releases, is_source_build, torch_abi_row
 from gptforge.compat.wheels import WheelBuild
 
-E = Severity.ERROR
+E, W = Severity.ERROR, Severity.WARNING
 
 
 @cache
@@ -107,6 +108,33 @@ def rule_libstdcxx(ctx: Context, suggest: bool) -> Iterator[Finding]:
                       "gnu/libstdc++.so.6), or build with the gcc that matches the loaded libstdc++")
 
 
+@cache
+def _header_gcc_bugs() -> list[dict]:
+    return load_table("torch.toml").get("header_gcc_bug", [])
+
+
+def rule_torch_headers_gcc(ctx: Context, suggest: bool) -> Iterator[Finding]:
+    """torch releases whose C++ headers an old gcc cannot compile as nvcc's host compiler (torch.toml's
+    header_gcc_bug). A version without its patch is every published patch of it: an error only when each has the bug."""
+    if ctx.torch is None or ctx.gcc is None or ctx.nvcc is None or ctx.torch_is_cpu:
+        return
+    version = ctx.torch.version
+    patches = [Version(version.public)] if len(version.release) >= 3 else sorted(
+        v for v in map(Version, ctx.facts.torch_python)
+        if not v.is_prerelease and (v.major, v.minor) == (version.major, version.minor)) or [version]
+    for row in _header_gcc_bugs():
+        spec = SpecifierSet(row["versions"])
+        hit = [patch for patch in patches if spec.contains(patch, prereleases=True)]
+        if ctx.gcc.major > row["gcc_max"] or not hit:
+            continue
+        which = f"torch {ctx.torch}" if len(hit) == len(patches) else f"torch {', '.join(map(str, hit))}"
+        yield Finding("torch-headers-gcc", E if len(hit) == len(patches) else W,
+                      f"{which}'s C++ headers do not compile with gcc {ctx.gcc} as nvcc's host compiler: every .cu "
+                      f"file that includes torch/extension.h stops with \"{row['error']}\"",
+                      f"use gcc >= {row['gcc_max'] + 1} for nvcc (CUDAHOSTCXX=g++-7 or nvcc -ccbin g++-7), or a torch "
+                      f"release outside {spec}")
+
+
 def rule_te_python(ctx: Context, suggest: bool) -> Iterator[Finding]:
     """A TransformerEngine release's packages accept only the Pythons of their Requires-Python."""
     te = _te_release(ctx.transformer_engine) if ctx.transformer_engine and ctx.python else None
@@ -121,4 +149,4 @@ def rule_te_python(ctx: Context, suggest: bool) -> Iterator[Finding]:
                       f"use a Python in {spec}, or a TransformerEngine release that supports Python {ctx.python}")
 
 
-RULES = (rule_glibc, rule_libstdcxx, rule_te_python)
+RULES = (rule_glibc, rule_libstdcxx, rule_torch_headers_gcc, rule_te_python)
