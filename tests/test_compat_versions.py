@@ -25,7 +25,8 @@ from gptforge.compat import (
 )
 from gptforge.compat.arches import Arch, parse_arch_list
 from gptforge.compat.facts import facts
-from gptforge.compat.gpus import _table
+from gptforge.compat.gpus import _table, gpu_candidates
+from gptforge.core.gpus import words
 
 FAST = settings(max_examples=examples(150), deadline=None)
 
@@ -192,10 +193,32 @@ def test_gpu_names(name, cc):
 @given(st.sampled_from(_table()), st.sampled_from(["{}", "NVIDIA {}", "{} 80GB", "nvidia {} pcie"]),
        st.booleans())
 def test_every_table_name_resolves_to_its_cc(row, pattern, upper):
-    # law: a table name, in any case and with vendor / memory words around it, gives its own CC
+    # law: a table name, in any case and with vendor / memory words around it, stands for its own CC, and for
+    # another only where it is part of a longer table name of that CC ('TITAN X' of 'GTX TITAN X')
     _, cc, label = row
     name = pattern.format(label)
-    assert gpu_cc(name.upper() if upper else name.lower()) == cc
+    found = gpu_candidates(name.upper() if upper else name.lower())
+    assert cc in found
+    for other, labels in found.items():
+        if other != cc:
+            assert all(len(words(longer)) > len(words(label)) for longer in labels)
+    if len(found) == 1:
+        assert gpu_cc(name) == cc
+
+
+@pytest.mark.parametrize("name, ccs", [
+    ("TITAN X", {(5, 2), (6, 1)}), ("NVIDIA TITAN X", {(5, 2), (6, 1)}), ("TITAN X (Pascal)", {(6, 1)}),
+    ("NVIDIA TITAN X (Pascal)", {(6, 1)}), ("GeForce GTX TITAN X", {(5, 2)}), ("NVIDIA GeForce GTX TITAN X", {(5, 2)}),
+    ("RTX 6000", {(7, 5), (8, 9)}), ("Quadro RTX 6000", {(7, 5)}), ("NVIDIA RTX 6000 Ada Generation", {(8, 9)}),
+    ("RTX 3060", {(8, 6)}), ("A10", {(8, 6)}), ("A10G", {(8, 6)}), ("GTX 1660", {(7, 5)}),
+])
+def test_a_name_several_products_share_stands_for_each(name, ccs):
+    # nvidia-smi prints 'TITAN X (Pascal)' (6.1) and 'GeForce GTX TITAN X' (5.2), never a bare 'TITAN X'; 'RTX 6000'
+    # is the Quadro RTX 6000 (7.5) or the RTX 6000 Ada (8.9); a laptop and a desktop RTX 3060 share 8.6
+    assert set(gpu_candidates(name)) == ccs
+    if len(ccs) > 1:
+        with pytest.raises(VersionError, match="ambiguous"):
+            gpu_cc(name)
 
 
 @pytest.mark.parametrize("name", ["banana", "Radeon RX 7900", ""])

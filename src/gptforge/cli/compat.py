@@ -77,12 +77,18 @@ def _version_flag(parser: argparse.ArgumentParser, flag: str, parse, metavar: st
     parser.add_argument(flag, action=_Once, type=_arg_type(parse), metavar=metavar, help=help, **kwargs)
 
 
-def _add_gpu_flags(parser: argparse.ArgumentParser) -> None:
-    from gptforge.compat import gpu_cc, validate_cc
+def _gpu_name(text: str) -> tuple[str, tuple]:
+    from gptforge.compat.gpus import gpu_candidates
 
-    parser.add_argument("--gpu", dest="ccs", action="append", type=_arg_type(gpu_cc, keep_text=False), metavar="NAME",
-                        help="a GPU by name, as nvidia-smi prints it ('NVIDIA H100 80GB HBM3', 'A100', 'RTX 4090'); "
-                             "repeat for several")
+    return text.strip(), tuple(gpu_candidates(text))
+
+
+def _add_gpu_flags(parser: argparse.ArgumentParser) -> None:
+    from gptforge.compat import validate_cc
+
+    parser.add_argument("--gpu", dest="gpus", action="append", type=_arg_type(_gpu_name, keep_text=False),
+                        metavar="NAME", help="a GPU by name, as nvidia-smi prints it ('NVIDIA H100 80GB HBM3', 'A100', "
+                        "'RTX 4090'); repeat for several. A name several products share ('TITAN X') is judged as each")
     parser.add_argument("--cc", dest="ccs", action="append", type=_arg_type(validate_cc, keep_text=False),
                         metavar="X.Y", help="a GPU by compute capability (9.0, 8.6, sm_120); repeat for several")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -143,6 +149,13 @@ def register(subparsers, groups) -> None:
     recommend.set_defaults(func=run_recommend)
 
 
+def _gpus(args) -> tuple[tuple, tuple]:
+    """(compute capabilities, GPUs named ambiguously with the ones each may have) from --cc and --gpu."""
+    named = args.gpus or []
+    ccs = [*(args.ccs or ()), *(ccs[0] for _, ccs in named if len(ccs) == 1)]
+    return tuple(ccs), tuple((name, ccs) for name, ccs in named if len(ccs) > 1)
+
+
 def combination_from_args(args):
     from gptforge.compat import Combination, parse_cuda, parse_torch
     from gptforge.compat.arches import arch_list_items
@@ -155,8 +168,9 @@ def combination_from_args(args):
     if args.torch and parse_torch(args.torch).is_cpu and args.torch_cuda:
         raise UsageError("--torch-cuda", f"conflicts with --torch {args.torch} (a CPU build)", "drop one of them")
     arch_list = arch_list_items(args.torch_arch_list) if args.torch_arch_list else None
+    ccs, choices = _gpus(args)
     return Combination(
-        driver=args.driver, ccs=tuple(args.ccs) if args.ccs else None, cuda=args.cuda, torch=args.torch,
+        driver=args.driver, ccs=ccs or None, gpu_choices=choices or None, cuda=args.cuda, torch=args.torch,
         torch_cuda=args.torch_cuda, torch_arch_list=tuple(arch_list) if arch_list else None, python=args.python,
         gcc=args.gcc, clang=args.clang, cudnn=args.cudnn, nccl=args.nccl, apex=args.apex,
         deepspeed=args.deepspeed, transformer_engine=args.transformer_engine,
@@ -190,7 +204,14 @@ def run_recommend(args) -> int:
 
     from gptforge.compat import recommend
 
-    driver, ccs = args.driver, args.ccs or ()
+    ccs, choices = _gpus(args)
+    if choices:  # an environment is chosen for one machine: its GPUs must be known
+        from gptforge.compat import format_cc
+
+        name, candidates = choices[0]
+        raise UsageError("--gpu", f"{name!r} names GPUs of several compute capabilities "
+                         f"({', '.join(format_cc(cc) for cc in candidates)})", "give its own with --cc X.Y")
+    driver = args.driver
     if driver is None:
         from gptforge.probe.nvml import driver_and_ccs
 

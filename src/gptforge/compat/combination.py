@@ -11,6 +11,8 @@ class Combination:
 
     driver          NVIDIA driver, "580.65.06"
     ccs             compute capabilities of the GPUs present, ((9, 0),)
+    gpu_choices     GPUs named ambiguously, each with the compute capabilities its name may stand for:
+                    (("TITAN X", ((5, 2), (6, 1))),); judged as each of them (compat.gpu_choices)
     cuda            the nvcc toolkit that builds extensions, "13.0"
     torch           torch version, may carry the build tag, "2.11.0+cu130"
     torch_cuda      CUDA torch was built with ("13.0"); must agree with a +cuXYZ tag
@@ -31,6 +33,7 @@ class Combination:
 
     driver: str | None = None
     ccs: tuple[tuple[int, int], ...] | None = None
+    gpu_choices: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] | None = None
     cuda: str | None = None
     torch: str | None = None
     torch_cuda: str | None = None

@@ -6,7 +6,7 @@ from functools import cache
 
 from gptforge.compat.arches import CC, parse_arch
 from gptforge.compat.facts import facts, load_table
-from gptforge.core.gpus import longest_matches, words
+from gptforge.core.gpus import contains, longest_matches, words
 from gptforge.core.versions import VersionError, format_cc, parse_cc
 
 
@@ -23,16 +23,40 @@ def _table() -> tuple[tuple[tuple[str, ...], CC, str], ...]:
     return tuple(rows)
 
 
-def gpu_cc(name: str) -> CC:
-    """The compute capability of a GPU named as nvidia-smi, NVML or a user writes it."""
+@cache
+def _branded_table() -> tuple[tuple[tuple[str, ...], CC, str], ...]:
+    return tuple((words(label, keep_brands=True), cc, label) for _, cc, label in _table())
+
+
+def gpu_candidates(name: str) -> dict[CC, tuple[str, ...]]:
+    """Every compute capability a GPU name may stand for, each with the table names behind it.
+
+    A name is the table name it contains (the longest), and also each longer table name it is part of, brand
+    words counted: a bare 'TITAN X' (nvidia-smi prints 'TITAN X (Pascal)' or 'GeForce GTX TITAN X', never that)
+    is the Pascal TITAN X (6.1) or the Maxwell GTX TITAN X (5.2); 'Quadro RTX 6000' is one card, 'RTX 6000' also
+    the RTX 6000 Ada (8.9)."""
     best = longest_matches(name, ((key, (cc, label)) for key, cc, label in _table()))
     if not best:
         raise UnknownGpu(f"unknown GPU {name!r} (give its compute capability with --cc X.Y instead)")
-    ccs = {cc for cc, _ in best}
-    if len(ccs) > 1:
-        names = ", ".join(sorted({label for _, label in best}))
-        raise UnknownGpu(f"ambiguous GPU name {name!r} (matches {names}; use --cc X.Y)")
-    return ccs.pop()
+    given = words(name, keep_brands=True)
+    longer = [(cc, label) for key, cc, label in _branded_table() if len(key) > len(given) and contains(key, given)]
+    found: dict[CC, tuple[str, ...]] = {}
+    for cc, label in best + longer:
+        found[cc] = found.get(cc, ()) + (label,)
+    return dict(sorted(found.items()))
+
+
+def gpu_cc(name: str) -> CC:
+    """The compute capability of a GPU named as nvidia-smi, NVML or a user writes it."""
+    found = gpu_candidates(name)
+    if len(found) > 1:
+        raise UnknownGpu(f"ambiguous GPU name {name!r} ({describe_candidates(found)}; use --cc X.Y)")
+    return next(iter(found))
+
+
+def describe_candidates(found: dict[CC, tuple[str, ...]]) -> str:
+    """'GTX TITAN X: CC 5.2, or TITAN X: CC 6.1'."""
+    return ", or ".join(f"{' / '.join(labels)}: CC {format_cc(cc)}" for cc, labels in found.items())
 
 
 def validate_cc(text: str) -> CC:

@@ -22,6 +22,7 @@ from gptforge.compat.extension_rules import (rule_apex_contrib, rule_deepspeed, 
                                              rule_te_flash_attn, rule_te_recipe, rule_transformer_engine)
 from gptforge.compat.facts import facts, load_table, release_row
 from gptforge.compat.findings import Finding, Severity, unique
+from gptforge.compat.gpu_choices import judge_each_choice
 from gptforge.compat.rule_helpers import at_least, env_hint, join_fixes
 from gptforge.core.versions import CudaVersion, DriverVersion, format_cc
 from gptforge.compat.wheel_rules import rule_flash_attn_source_build, rule_flash_attn_wheel_build, rule_wheels
@@ -377,6 +378,8 @@ def check(combo: Combination) -> list[Finding]:
     Errors one torch build / nvcc change resolves point to that move, said once (compat/moves.py)."""
     from gptforge.compat.moves import combine
 
+    if combo.gpu_choices:
+        return judge_each_choice(combo, check)
     findings = combine(combo, run_rules(combo, suggest=True), facts(), lambda c: run_rules(c, suggest=False))
     return sorted(findings, key=lambda f: (f.rank, f.code, f.message))
 

@@ -17,12 +17,16 @@ _BRAND_WORDS = {"nvidia", "geforce", "tesla", "quadro"}
 V = TypeVar("V")
 
 
-def words(name: str) -> tuple[str, ...]:
+def words(name: str, *, keep_brands: bool = False) -> tuple[str, ...]:
+    """The name's words, brand words dropped; with ``keep_brands`` only the vendor word "nvidia" is dropped
+    ("Quadro RTX 6000" names one product, a bare "RTX 6000" two)."""
     cleaned = re.sub(r"[-_/(),]+", " ", name.lower())
-    return tuple(w for w in cleaned.split() if w not in _BRAND_WORDS)
+    dropped = {"nvidia"} if keep_brands else _BRAND_WORDS
+    return tuple(w for w in cleaned.split() if w not in dropped)
 
 
-def _contains(haystack: tuple[str, ...], needle: tuple[str, ...]) -> bool:
+def contains(haystack: tuple[str, ...], needle: tuple[str, ...]) -> bool:
+    """``needle`` occurs as a contiguous run of ``haystack``'s words."""
     n = len(needle)
     return any(haystack[i : i + n] == needle for i in range(len(haystack) - n + 1))
 
@@ -31,6 +35,6 @@ def longest_matches(name: str, table: Iterable[tuple[tuple[str, ...], V]]) -> li
     """The values of the rows whose key (a table name's ``words``) matches ``name``, the longest keys
     only, in table order; [] when none matches."""
     target = words(name)
-    found = [(len(key), value) for key, value in table if key and _contains(target, key)]
+    found = [(len(key), value) for key, value in table if key and contains(target, key)]
     longest = max((n for n, _ in found), default=0)
     return [value for n, value in found if n == longest]
