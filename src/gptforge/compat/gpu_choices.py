@@ -30,6 +30,6 @@ def judge_each_choice(combo: Combination, check: Callable[[Combination], list[Fi
             elif f.severity != Severity.ERROR or f.code in erring_everywhere:
                 kept.append(replace(f, message=f"if {as_what}: {f.message}"))
             else:
-                kept.append(Finding(f.code, Severity.WARNING, f"if {as_what}: {f.message}",
-                                    f"{_ASK_CC}; then: {f.fix}" if f.fix else _ASK_CC))
+                kept.append(replace(f, severity=Severity.WARNING, message=f"if {as_what}: {f.message}",
+                                    fix=f"{_ASK_CC}; then: {f.fix}" if f.fix else _ASK_CC))
     return sorted(unique(kept), key=lambda f: (f.rank, f.code, f.message))
