@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,7 +27,7 @@ from gptforge.compat import (
 )
 from gptforge.compat.arches import Arch, parse_arch_list
 from gptforge.compat.facts import facts
-from gptforge.compat.gpus import _table, gpu_candidates
+from gptforge.compat.gpus import UnknownGpu, _table, gpu_candidates
 from gptforge.core.gpus import words
 
 FAST = settings(max_examples=examples(150), deadline=None)
@@ -225,3 +227,63 @@ def test_a_name_several_products_share_stands_for_each(name, ccs):
 def test_unknown_gpu(name):
     with pytest.raises(VersionError):
         gpu_cc(name)
+
+
+@pytest.mark.parametrize("name, cc", [
+    ("RTX3090", (8, 6)), ("rtx3090", (8, 6)), ("RTX4090", (8, 9)), ("4090", (8, 9)), ("GeForce 4090", (8, 9)),
+    ("3090", (8, 6)), ("3090 Ti", (8, 6)), ("RTX3090Ti", (8, 6)), ("A100SXM4 40GB", (8, 0)), ("GH200", (9, 0)),
+    ("H20", (9, 0)), ("Quadro 6000", (2, 0)), ("GTX960", (5, 2)),
+])
+def test_names_typed_without_spaces_or_series_resolve(name, cc):
+    # a user writes 'RTX3090' (MeMOTR#6, cutlass#258) or the bare model number '4090': one product, one CC
+    assert gpu_cc(name) == cc
+
+
+@pytest.mark.parametrize("name", ["GTX 960M", "GTX960M"])
+def test_a_letter_after_the_number_names_another_product(name):
+    # the GTX 960M is a Maxwell GM107 (CC 5.0), the GTX 960 a GM206 (CC 5.2): the suffix is not dropped
+    with pytest.raises(UnknownGpu):
+        gpu_candidates(name)
+
+
+@pytest.mark.parametrize("number, labels", [
+    ("6000", {"Quadro 6000", "RTX 6000", "RTX 6000 Ada", "RTX PRO 6000"}),
+    ("100", {"A100", "H100", "V100", "P100"}),
+])
+def test_a_bare_number_several_products_carry_is_refused_naming_them(number, labels):
+    with pytest.raises(UnknownGpu) as refused:
+        gpu_candidates(number)
+    assert all(label in str(refused.value) for label in labels)
+
+
+_GLUED = r"(?<=[A-Za-z])(?=[0-9])|(?<=[0-9])(?=[A-Za-z]{2})"
+
+
+def _spelled(label: str, data: st.DataObject) -> str:
+    """The table name as a user may type it: any case; each space written as one or two spaces, '-' or '_'; each
+    boundary of a series and its number ('RTX' '3090') or of a number and a word after it ('3090' 'Ti') as nothing, a
+    space or '-'."""
+    out = []
+    for i, word in enumerate(label.split()):
+        parts = re.split(_GLUED, word)
+        for j, part in enumerate(parts):
+            if i or j:
+                joints = ["", " ", "-"] if j else [" ", "  ", "-", "_"]
+                out.append(data.draw(st.sampled_from(joints)))
+            out.append("".join(c.upper() if data.draw(st.booleans()) else c.lower() for c in part))
+    return "".join(out)
+
+
+def _resolve(name: str):
+    try:
+        return gpu_candidates(name)
+    except UnknownGpu as err:
+        return type(err)
+
+
+@FAST
+@given(st.sampled_from(_table()), st.data())
+def test_spacing_and_case_variants_of_every_table_name_resolve_alike(row, data):
+    # law: 'RTX 3090', 'rtx3090', 'RTX-3090' and 'Rtx 3090' stand for the same CCs (or are refused alike)
+    _, _, label = row
+    assert _resolve(_spelled(label, data)) == _resolve(label)

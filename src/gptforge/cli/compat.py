@@ -88,7 +88,8 @@ def _add_gpu_flags(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--gpu", dest="gpus", action="append", type=_arg_type(_gpu_name, keep_text=False),
                         metavar="NAME", help="a GPU by name, as nvidia-smi prints it ('NVIDIA H100 80GB HBM3', 'A100', "
-                        "'RTX 4090'); repeat for several. A name several products share ('TITAN X') is judged as each")
+                        "'RTX 4090') or as typed ('RTX4090', '4090'); repeat for several. A name several products share "
+                        "('TITAN X') is judged as each")
     parser.add_argument("--cc", dest="ccs", action="append", type=_arg_type(validate_cc, keep_text=False),
                         metavar="X.Y", help="a GPU by compute capability (9.0, 8.6, sm_120); repeat for several")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -35,15 +35,34 @@ def gpu_candidates(name: str) -> dict[CC, tuple[str, ...]]:
     words counted: a bare 'TITAN X' (nvidia-smi prints 'TITAN X (Pascal)' or 'GeForce GTX TITAN X', never that)
     is the Pascal TITAN X (6.1) or the Maxwell GTX TITAN X (5.2); 'Quadro RTX 6000' is one card, 'RTX 6000' also
     the RTX 6000 Ada (8.9)."""
-    best = longest_matches(name, ((key, (cc, label)) for key, cc, label in _table()))
-    if not best:
-        raise UnknownGpu(f"unknown GPU {name!r} (give its compute capability with --cc X.Y instead)")
+    if all(w.isdigit() for w in words(name, keep_brands=True)) or not (
+            best := longest_matches(name, ((key, (cc, label)) for key, cc, label in _table()))):
+        return _part_of_names(name)
     given = words(name, keep_brands=True)
     longer = [(cc, label) for key, cc, label in _branded_table() if len(key) > len(given) and contains(key, given)]
     found: dict[CC, tuple[str, ...]] = {}
     for cc, label in best + longer:
         found[cc] = found.get(cc, ()) + (label,)
     return dict(sorted(found.items()))
+
+
+def _part_of_names(name: str) -> dict[CC, tuple[str, ...]]:
+    """A model number a user types without its series ('4090', '3090 Ti'), or a bare number: the table names it is
+    part of, when they all have one CC. Several CCs ('6000': Quadro 6000, RTX 6000 Ada, RTX PRO 6000, ...) are refused
+    with each named: nvidia-smi never prints such a name, so it is a user's shorthand, not one product to judge."""
+    given = words(name)
+    if not any(w.isdigit() for w in given):
+        raise UnknownGpu(f"unknown GPU {name!r} (give its compute capability with --cc X.Y instead)")
+    found: dict[CC, tuple[str, ...]] = {}
+    for key, cc, label in _table():
+        if contains(key, given):
+            found[cc] = found.get(cc, ()) + (label,)
+    if not found:
+        raise UnknownGpu(f"unknown GPU {name!r} (give its compute capability with --cc X.Y instead)")
+    if len(found) > 1:
+        raise UnknownGpu(f"GPU {name!r} is part of several products' names ({describe_candidates(dict(sorted(found.items())))}); "
+                         "write the product's name or use --cc X.Y")
+    return found
 
 
 def gpu_cc(name: str) -> CC:
