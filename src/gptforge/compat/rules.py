@@ -12,7 +12,7 @@ from functools import cache
 
 from packaging.version import Version
 
-from gptforge.compat import host_rules, project_envs
+from gptforge.compat import host_rules, nccl_rules, project_envs
 from gptforge.compat.arch_rules import (rule_arch_list_env, rule_arch_suffix_crash, rule_cpp_extension_arches,
                                         rule_nvcc_arch, rule_nvrtc_arch, rule_torch_arch)
 from gptforge.compat.arches import CC, Arch, ptx_runs_on, runs_on
@@ -360,6 +360,7 @@ RULES: tuple[Callable[[Context, bool], Iterator[Finding]], ...] = (
     rule_flash_attn_wheel_build,
     rule_flash_attn_source_build,
     *host_rules.RULES,
+    *nccl_rules.RULES,
 )
 
 
