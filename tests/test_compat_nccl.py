@@ -27,8 +27,13 @@ def _pins() -> list[tuple[str, Version]]:
 def test_an_older_nccl_than_the_wheel_pins_is_an_error():
     # scientific-computing-examples#157: torch 2.13.0 (pins nvidia-nccl-cu13==2.29.7) with nvidia-nccl-cu12 2.21.5:
     # 'libtorch_cuda.so: undefined symbol: ncclCommResume'
-    assert codes(torch="2.13.0", nccl="2.21.5", python="3.12") == {"nccl-too-old-for-torch"}
+    assert codes(torch="2.13.0+cu130", nccl="2.21.5", python="3.12") == {"nccl-too-old-for-torch"}
     assert codes(torch="2.13.0+cu126", nccl="2.27.5") == {"nccl-too-old-for-torch"}  # cu126 pins 2.29.3
+
+
+def test_an_untagged_torch_is_pypi_s_build_only_by_assumption_so_a_warning():
+    assert codes(torch="2.13.0", nccl="2.21.5") == set()
+    assert "nccl-too-old-for-torch" in codes(Severity.WARNING, torch="2.13.0", nccl="2.21.5")
     found = [f for f in check(Combination(torch="2.13.0", nccl="2.21.5")) if f.code == "nccl-too-old-for-torch"]
     assert "torch 2.6.0" in found[0].fix  # the newest torch whose wheel pins NCCL 2.21
 
@@ -56,11 +61,8 @@ def test_a_torch_not_known_to_load_a_pinned_nccl_wheel_is_not_judged(fields):
 @FAST
 @given(st.sampled_from(_pins()), st.integers(0, 40), st.integers(0, 12))
 def test_the_verdict_follows_the_order_of_nccl_versions(pin, minor, patch):
-    # law: an error exactly where the NCCL's major.minor is below the pin's; never anything at or above the pin
+    # law: for PyPI's wheel given untagged, a warning exactly where the NCCL is below the pin, never an error
     torch, pinned = pin
     nccl = Version(f"2.{minor}.{patch}")
-    errors = codes(torch=torch, nccl=str(nccl))
-    warnings = codes(Severity.WARNING, torch=torch, nccl=str(nccl))
-    assert ("nccl-too-old-for-torch" in errors) == (nccl.release[:2] < pinned.release[:2])
-    if nccl >= pinned:
-        assert "nccl-too-old-for-torch" not in warnings
+    assert "nccl-too-old-for-torch" not in codes(torch=torch, nccl=str(nccl))
+    assert ("nccl-too-old-for-torch" in codes(Severity.WARNING, torch=torch, nccl=str(nccl))) == (nccl < pinned)

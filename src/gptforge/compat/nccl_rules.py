@@ -49,7 +49,10 @@ def rule_nccl_vs_torch(ctx: Context, suggest: bool) -> Iterator[Finding]:
     if have.release[:2] < want.release[:2]:
         older = _newest_torch_for(have)
         downgrade = f"; or use torch {older[0]} (its wheel pins NCCL {older[1]})" if older else ""
-        yield Finding("nccl-too-old-for-torch", E,
+        # untagged, the build is PyPI's only by assumption (conda's links conda's NCCL): a warning, so that leaving
+        # out a fact (--torch-cuda, --cuda) never adds an error
+        severity = E if ctx.torch.cuda is not None else W
+        yield Finding("nccl-too-old-for-torch", severity,
                       f"torch {ctx.torch} is built against NCCL {want} (its wheel pins {package}) but NCCL {have} is "
                       "loaded: it lacks functions torch calls ('libtorch_cuda.so: undefined symbol: nccl...')",
                       f"let torch load its own NCCL: pip install {package} and remove the older libnccl.so.2 from "
