@@ -76,6 +76,7 @@ FIRST_SCORES = {
     "held-out-8": (12, 2, 0, 6),
     "held-out-9": (28, 2, 1, 1),  # the false alarm: a Maxwell "TITAN X" taken for the Pascal one (sm_61)
     "held-out-10": (19, 4, 0, 9),
+    "held-out-11": (30, 1, 0, 3),
 }
 
 
