@@ -89,14 +89,9 @@ def _beyond_torch_cuda(ctx: Context, suggest: bool) -> Iterator[Finding]:
                                 f"sm_{cc[0]}{cc[1]} (see torch's published builds)"))
 
 
-@cache
-def _gpu_floors() -> list[dict]:
-    return load_table("torch.toml")["gpu_floor"]
-
-
 def _torch_floor(ctx: Context) -> CC | None:
     """The oldest CC any build of the torch release runs on (None: not recorded, or no torch given)."""
-    row = release_row(_gpu_floors(), ctx.torch.version) if ctx.torch else None
+    row = release_row(load_table("torch.toml")["gpu_floor"], ctx.torch.version) if ctx.torch else None
     return parse_arch(row["cc"]).cc if row and not ctx.torch_is_cpu else None
 
 

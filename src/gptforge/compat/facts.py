@@ -20,6 +20,7 @@ from gptforge.core.versions import CudaVersion, DriverVersion, parse_cuda, parse
 ArchList = tuple[tuple[Arch, ...], tuple[Arch, ...]]  # (every arch of a build, the arches it carries PTX for too)
 
 
+@cache  # a check reads the same tables again and again; callers only read what it returns
 def load_table(name: str) -> dict:
     text = resources.files("gptforge.compat").joinpath("data", name).read_text(encoding="utf-8")
     return tomllib.loads(text)

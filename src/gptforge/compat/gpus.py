@@ -40,8 +40,13 @@ def gpu_candidates(name: str) -> dict[CC, tuple[str, ...]]:
         return _part_of_names(name)
     given = words(name, keep_brands=True)
     longer = [(cc, label) for key, cc, label in _branded_table() if len(key) > len(given) and contains(key, given)]
+    return _by_cc(best + longer)
+
+
+def _by_cc(matches: list[tuple[CC, str]]) -> dict[CC, tuple[str, ...]]:
+    """(CC, table name) pairs as each CC with its names, lowest CC first."""
     found: dict[CC, tuple[str, ...]] = {}
-    for cc, label in best + longer:
+    for cc, label in matches:
         found[cc] = found.get(cc, ()) + (label,)
     return dict(sorted(found.items()))
 
@@ -51,16 +56,12 @@ def _part_of_names(name: str) -> dict[CC, tuple[str, ...]]:
     part of, when they all have one CC. Several CCs ('6000': Quadro 6000, RTX 6000 Ada, RTX PRO 6000, ...) are refused
     with each named: nvidia-smi never prints such a name, so it is a user's shorthand, not one product to judge."""
     given = words(name)
-    if not any(w.isdigit() for w in given):
-        raise UnknownGpu(f"unknown GPU {name!r} (give its compute capability with --cc X.Y instead)")
-    found: dict[CC, tuple[str, ...]] = {}
-    for key, cc, label in _table():
-        if contains(key, given):
-            found[cc] = found.get(cc, ()) + (label,)
+    found = _by_cc([(cc, label) for key, cc, label in _table() if contains(key, given)]) \
+        if any(w.isdigit() for w in given) else {}
     if not found:
         raise UnknownGpu(f"unknown GPU {name!r} (give its compute capability with --cc X.Y instead)")
     if len(found) > 1:
-        raise UnknownGpu(f"GPU {name!r} is part of several products' names ({describe_candidates(dict(sorted(found.items())))}); "
+        raise UnknownGpu(f"GPU {name!r} is part of several products' names ({describe_candidates(found)}); "
                          "write the product's name or use --cc X.Y")
     return found
 

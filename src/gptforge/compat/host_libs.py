@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import re
-from functools import cache
 
 from packaging.version import Version
 
@@ -34,24 +33,19 @@ def parse_glibcxx(text: str) -> Version:
     return Version(".".join(match.groups()))
 
 
-@cache
-def _table() -> dict:
-    return load_table("host_libs.toml")
-
-
 def manylinux_glibc(platform: str) -> Version | None:
     """The glibc a wheel's platform tag needs: manylinux_2_28_x86_64 -> 2.28, manylinux2014_x86_64 -> 2.17;
     None for a tag that names none (linux_x86_64, musllinux, other systems)."""
     if match := _MANYLINUX.match(platform):
         return Version(f"{match.group(1)}.{match.group(2)}")
-    found = _table()["manylinux"]["aliases"].get(platform.split("_")[0])
+    found = load_table("host_libs.toml")["manylinux"]["aliases"].get(platform.split("_")[0])
     return Version(found) if found else None
 
 
 def gcc_glibcxx(gcc: Version) -> Version | None:
     """The newest GLIBCXX the libstdc++ of this gcc provides; a major alone counts as its first release."""
     release = (gcc.major, 1, 0) if len(gcc.release) == 1 else (gcc.release + (0, 0))[:3]
-    rows = [(Version(r["gcc"]), Version(r["glibcxx"])) for r in _table()["glibcxx"]]
+    rows = [(Version(r["gcc"]), Version(r["glibcxx"])) for r in load_table("host_libs.toml")["glibcxx"]]
     below = [glibcxx for built, glibcxx in rows if built.release <= release]
     return max(below) if below else None
 
@@ -59,6 +53,6 @@ def gcc_glibcxx(gcc: Version) -> Version | None:
 def build_os_glibc(os_name: str, project: str | None = None) -> Version | None:
     """The glibc a wheel built on a CI runner image needs: what the project's wheels from there were seen to
     need, else the runner's own glibc ("ubuntu-20.04" -> 2.31)."""
-    seen = [r for r in _table().get("wheel_glibc", []) if r["project"] == project and r["os"] == os_name]
-    rows = seen or [r for r in _table()["build_os"] if r["os"] == os_name]
+    seen = [r for r in load_table("host_libs.toml").get("wheel_glibc", []) if r["project"] == project and r["os"] == os_name]
+    rows = seen or [r for r in load_table("host_libs.toml")["build_os"] if r["os"] == os_name]
     return Version(rows[0]["glibc"]) if rows else None

@@ -108,11 +108,6 @@ def rule_libstdcxx(ctx: Context, suggest: bool) -> Iterator[Finding]:
                       "gnu/libstdc++.so.6), or build with the gcc that matches the loaded libstdc++")
 
 
-@cache
-def _header_gcc_bugs() -> list[dict]:
-    return load_table("torch.toml").get("header_gcc_bug", [])
-
-
 def rule_torch_headers_gcc(ctx: Context, suggest: bool) -> Iterator[Finding]:
     """torch releases whose C++ headers an old gcc cannot compile as nvcc's host compiler (torch.toml's
     header_gcc_bug). A version without its patch is every published patch of it: an error only when each has the bug."""
@@ -122,7 +117,7 @@ def rule_torch_headers_gcc(ctx: Context, suggest: bool) -> Iterator[Finding]:
     patches = [Version(version.public)] if len(version.release) >= 3 else sorted(
         v for v in map(Version, ctx.facts.torch_python)
         if not v.is_prerelease and (v.major, v.minor) == (version.major, version.minor)) or [version]
-    for row in _header_gcc_bugs():
+    for row in load_table("torch.toml").get("header_gcc_bug", []):
         spec = SpecifierSet(row["versions"])
         hit = [patch for patch in patches if spec.contains(patch, prereleases=True)]
         if ctx.gcc.major > row["gcc_max"] or not hit:

@@ -8,7 +8,6 @@ A rule skips what it does not know. ``check`` runs them all and returns the find
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from functools import cache
 
 from packaging.version import Version
 
@@ -168,6 +167,7 @@ def rule_nvcc_torch(ctx: Context, suggest: bool) -> Iterator[Finding]:
                       "difference stops its build ('Cuda extensions are being compiled with a version of Cuda that "
                       "does not match')", fix)
 
+
 def _nvcc_vs_every_build(ctx: Context) -> Iterator[Finding]:
     """A torch version given without its CUDA: when every published build of the release (PyPI, download.pytorch.org,
     the pytorch conda channel) is for another CUDA major than nvcc, whichever build it is refuses nvcc's extensions."""
@@ -283,12 +283,6 @@ def _cudnn_vs_cuda(ctx: Context) -> Iterator[Finding]:
                           "use a cuDNN whose support matrix covers this GPU (9.10 still covers Maxwell to Volta)")
 
 
-@cache
-def _cudnn_checks() -> list[dict]:
-    """torch's cuDNN compatibility check per release range (torch/backends/cudnn)."""
-    return load_table("cudnn.toml")["torch_check"]
-
-
 def _cudnn_vs_torch(ctx: Context) -> Iterator[Finding]:
     bundled = ctx.torch_cudnn or (ctx.torch_variant.cudnn if ctx.torch_variant else None)
     if not bundled:
@@ -299,7 +293,7 @@ def _cudnn_vs_torch(ctx: Context) -> Iterator[Finding]:
         return
     have, want = ctx.cudnn, bundled
     torch = f"torch {ctx.torch}" if ctx.torch else "torch"
-    rows = _cudnn_checks()
+    rows = load_table("cudnn.toml")["torch_check"]  # torch/backends/cudnn's check per release range
     check = release_row(rows, ctx.torch.version) if ctx.torch else None
     exact = check["minor"] == "equal" if check else False
     exact = exact or want.major < next(r["exact_below_major"] for r in rows if "exact_below_major" in r)

@@ -21,11 +21,6 @@ E = Severity.ERROR
 _UNDEFINED = "'ImportError: ... undefined symbol' at import"
 
 
-@cache
-def _abi_table() -> dict:
-    return load_table("torch_abi.toml")
-
-
 def is_source_build(torch: TorchVersion) -> bool:
     """A torch built from a checkout between releases (NGC's 2.3.0a0+40ec155e58.nv24.3): a pre-release with a
     local tag that names no published build."""
@@ -40,7 +35,7 @@ def flash_attn_releases() -> dict[str, dict]:
 
 def _published_abi_row(version: Version, cuda: str | None) -> dict | None:
     """The torch_abi.toml row of a PyPI / download.pytorch.org torch build (its release and CUDA)."""
-    rows = [row for row in _abi_table()["abi"] if row.get("cuda", cuda) == cuda]
+    rows = [row for row in load_table("torch_abi.toml")["abi"] if row.get("cuda", cuda) == cuda]
     return release_row(rows, version)
 
 
@@ -50,7 +45,7 @@ def torch_abi_row(ctx: Context) -> dict | None:
     if ctx.torch is None or (ctx.torch_variant is not None and ctx.torch_variant.channel != "pypi"):
         return None
     if is_source_build(ctx.torch):
-        return _abi_table()["source_build"]
+        return load_table("torch_abi.toml")["source_build"]
     return _published_abi_row(ctx.torch.version, str(ctx.torch_cuda.release) if ctx.torch_cuda else None)
 
 
@@ -62,7 +57,7 @@ def torch_cxx11_abi(ctx: Context) -> bool | None:
 
 def symbol_changes(built: tuple[int, int], have: tuple[int, int]) -> list[dict]:
     """The C++ symbol changes of the torch releases after the one a wheel was built for, up to the one it runs on."""
-    return [row for row in _abi_table()["symbol_change"]
+    return [row for row in load_table("torch_abi.toml")["symbol_change"]
             if built < tuple(int(p) for p in row["release"].split(".")) <= have]
 
 
