@@ -448,17 +448,12 @@ TINY = ["num-layers=1", "hidden-size=32", "num-attention-heads=2", "seq-length=3
         "micro-batch-size=4", "global-batch-size=4", "eval-iters=1", "lr-warmup-iters=1"]
 
 
-def session_dir(tmp_path_factory) -> Path:
-    """The temporary directory of the whole session: under xdist, the parent of the workers' own ones."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
 @pytest.fixture(scope="session")
 def train_data_cache(tmp_path_factory):
     """The data-cache-dir CPU training runs share: the embedded corpus is built once a session, not once a run.
-    The xdist workers share it too: the build holds a file lock."""
-    return session_dir(tmp_path_factory) / "train-data-cache"
+    The xdist workers share it too (their base directories' parent): the build holds a file lock."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "train-data-cache"
 
 
 @pytest.fixture()
