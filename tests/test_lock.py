@@ -3,6 +3,7 @@ each mutation caught by `gptforge lock check` with a precise line."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -15,6 +16,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from packaging.utils import canonicalize_name
 
+from conftest import run_main
 from gptforge.errors import GptforgeError
 from gptforge.lock import check, manifest, pixilock, store
 from gptforge.lock.pypi import pyproject_requires_dist
@@ -44,8 +46,17 @@ def test_every_environment_is_locked_for_its_platform():
     del lock, locked
 
 
-@pytest.mark.slow  # a full offline relock: minutes on two cores
 def test_offline_rebuild_gives_the_committed_bytes(workspace):
+    """The writer, not the copy, gives the committed bytes: the workspace's lock loses every record's
+    `purls` and torch's `index:` (what pixi reads and the writer must add) and the exports are blanked."""
+    lock = workspace / "pixi.lock"
+    stripped = re.sub(r"^  (purls:.*\n(?:  - .*\n)*|index: .*\n)", "", lock.read_text(), flags=re.M)
+    assert "purls:" not in stripped and "\n  index: " not in stripped
+    lock.write_text(stripped)
+    exports = [p for p in (workspace / "envs").glob("*/*.*") if p.parent.name != "records"]
+    for path in exports:
+        path.write_text("")
+    assert exports
     m = manifest.load(workspace / "pixi.toml")
     build(m, store.Store(workspace / "envs" / "records"))
     for path in [workspace / "pixi.lock", *sorted((workspace / "envs").glob("*/*.*"))]:
@@ -55,6 +66,16 @@ def test_offline_rebuild_gives_the_committed_bytes(workspace):
 
 def test_lock_check_passes():
     assert [p.line() for p in _check(ROOT)] == []
+
+
+def test_the_command_passes_the_lock_and_names_where_a_mutation_fails(workspace):
+    """What CI runs: exit 0 on the project's lock; a finding names its environment, platform and code."""
+    done = run_main("lock", "check", "--json", "--manifest", str(workspace / "pixi.toml"))
+    assert (done.returncode, json.loads(done.stdout)) == (0, {"ok": True, "problems": []}), done.stderr
+    _mutate_drop_torch_index(workspace)
+    done = run_main("lock", "check", "--json", "--manifest", str(workspace / "pixi.toml"))
+    found = [(p["environment"], p["platform"], p["code"]) for p in json.loads(done.stdout)["problems"]]
+    assert (done.returncode, found) == (1, [("cpu", "linux-64", "pypi-index-mismatch")])
 
 
 def test_the_exports_are_the_same_text_with_either_yaml_emitter(monkeypatch):
