@@ -14,14 +14,13 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import lose_a_node_and_requeue
 
-pytestmark = pytest.mark.gpu
-torch = pytest.importorskip("torch")
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
-if GPUS < 2:
-    pytest.skip("needs 2 NVIDIA GPUs", allow_module_level=True)
+# marks, not a skip at import: outside `pytest -m gpu` the module is deselected instead of skipped
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPUS < 2, reason="needs 2 NVIDIA GPUs")]
 
 RUN = ["--config", "gpt2-tiny", "--device", "cuda", "train-iters=30", "save-interval=10", "eval-interval=10",
        "eval-iters=2", "log-interval=10", "micro-batch-size=8", "global-batch-size=32", "compile=true"]

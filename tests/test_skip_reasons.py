@@ -51,3 +51,20 @@ def test_every_importorskip_names_a_package_the_locked_test_environment_installs
     unlocked = [(where, module) for where, module in calls
                 if not {normalized(d) for d in providers.get(module.split(".")[0], [])} & locked]
     assert unlocked == [], f"skips for packages {EXPORT.relative_to(ROOT)} does not install: {unlocked}"
+
+
+def import_time_skips() -> list[str]:
+    """Where a test module skips itself while it is imported (pytest.skip(..., allow_module_level=True))."""
+    found = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "skip"
+                    and any(k.arg == "allow_module_level" for k in node.keywords)):
+                found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_no_module_skips_at_import():
+    """A module skipped at import is listed among the default run's skips even where its marker deselects it (a GPU
+    module on a CPU machine): a skipif mark lets `-m 'not gpu'` deselect it instead."""
+    assert import_time_skips() == []
