@@ -97,6 +97,34 @@ def test_indices_are_cached_and_reused(tmp_path):
     assert len(list((tmp_path / "cache").glob("*.npy"))) == 18
 
 
+def _truncated(path):
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def _objects(path):
+    with open(path, "wb") as f:
+        np.save(f, np.array([object()]), allow_pickle=True)
+
+
+def _out_of_range(path):
+    with open(path, "wb") as f:
+        np.save(f, np.full(200, 10**9, np.int64))
+
+
+@pytest.mark.parametrize("damage", [_truncated, _objects, _out_of_range, lambda p: (p.unlink(), os.mkfifo(p))],
+                         ids=["truncated", "python-objects", "out-of-range", "fifo"])
+def test_a_damaged_cached_index_is_built_again(tmp_path, damage):
+    """Not a traceback, nor a wait on a FIFO: the cache entry is built again, with the same samples."""
+    prefix = _dataset(tmp_path / "d", [50] * 100)
+    kw = dict(split="1,0,0", seq_length=32, num_samples=(100, 0, 0), cache_dir=tmp_path / "cache")
+    first, _, _ = build_gpt_datasets(prefix, **kw)
+    samples = [first[i].copy() for i in range(len(first))]  # read before the damage: the arrays are memory maps
+    shuffle = next((tmp_path / "cache").glob("*-train-shuffle_index.npy"))
+    damage(shuffle)
+    again, _, _ = build_gpt_datasets(prefix, **kw)
+    assert shuffle.is_file() and all(np.array_equal(samples[i], again[i]) for i in range(len(samples)))
+
+
 def test_seed_changes_order_not_content(tmp_path):
     prefix = _dataset(tmp_path / "d", [40] * 50)
     a, _, _ = build_gpt_datasets(prefix, split="1,0,0", seq_length=16, num_samples=(100, 0, 0), seed=1, cache_dir=tmp_path / "c")
