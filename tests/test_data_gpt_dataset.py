@@ -249,6 +249,22 @@ def test_default_corpus_is_deterministic_and_a_truncated_file_is_built_again(def
     assert IndexedDataset(rebuilt.prefix).num_tokens > 0
 
 
+@pytest.mark.parametrize("manifest", [b"[" * 100_000 + b"]" * 100_000, b"[1]", b"\xff\xfe", "file_bytes", "tokens", None],
+                         ids=["deep", "a-list", "not-utf8", "sizes-a-list", "tokens-a-string", "fifo"])
+def test_a_damaged_default_corpus_manifest_is_a_miss(default_corpus, tmp_path, manifest):
+    """The cache's manifest is read through the bounded reader: damage means build again, never a traceback."""
+    from gptforge.data.default_corpus import _cached, _expected_manifest
+
+    copy = tmp_path / "copy"
+    shutil.copytree(default_corpus.prefix.parent, copy)
+    assert _cached(copy, _expected_manifest(VOCAB)) is not None
+    if isinstance(manifest, str):  # the right keys, one of them of the wrong kind
+        manifest = json.dumps({**json.loads((copy / "manifest.json").read_text()), manifest: ["x"]}).encode()
+    (copy / "manifest.json").unlink()
+    os.mkfifo(copy / "manifest.json") if manifest is None else (copy / "manifest.json").write_bytes(manifest)
+    assert _cached(copy, _expected_manifest(VOCAB)) is None
+
+
 def test_cli_default_corpus_and_inspect(cli, default_corpus):
     """The command on the corpus built above (the build itself: the tests above)."""
     proc = cli("prepare", "--default-corpus", str(default_corpus.prefix.parent), "--vocab-size", str(VOCAB), "--json")
