@@ -1,6 +1,7 @@
 """`gptforge lock check` on damaged or hostile inputs: one line, a non-zero exit, no traceback, no hang,
 nothing read without bound (a FIFO, /dev/zero)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -36,6 +37,7 @@ LOCKS = {
     "unknown-platform": None,
     "unknown-environment": None,
     "evil-url": None,
+    "deep": b"a: " + b"[" * 100_000 + b"]" * 100_000 + b"\n",
 }
 
 
@@ -76,9 +78,45 @@ def test_not_a_regular_file_is_refused_without_reading(workspace, what, kind):
     _assert_one_line_failure(_run("--manifest", str(workspace / "pixi.toml"), timeout=60))
 
 
-def test_a_hostile_manifest_is_one_line(workspace):
-    (workspace / "pixi.toml").write_text("[workspace\nchannels = [")
+MANIFESTS = {
+    "truncated": lambda text: "[workspace\nchannels = [",
+    "deep": lambda text: "a = " + "[" * 100_000 + "]" * 100_000,
+    "unknown-feature": lambda text: text.replace('cpu = { features = ["cpu"]', 'cpu = { features = ["gone", "cpu"]', 1),
+    "wrong-kind": lambda text: text.replace('cpu = { features = ["cpu"], solve-group = "cpu" }', "cpu = 7", 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MANIFESTS))
+def test_a_hostile_manifest_is_one_line(workspace, case):
+    manifest = workspace / "pixi.toml"
+    changed = MANIFESTS[case](manifest.read_text())
+    assert changed != manifest.read_text()
+    manifest.write_text(changed)
+    _assert_one_line_failure(_run("--manifest", str(manifest)))
+
+
+@pytest.mark.parametrize("case", ["deep", "no-project"])
+def test_a_hostile_pyproject_is_one_line(workspace, case):
+    (workspace / "pyproject.toml").write_text("a = " + "[" * 100_000 + "]" * 100_000 if case == "deep" else "[tool]\n")
     _assert_one_line_failure(_run("--manifest", str(workspace / "pixi.toml")))
+
+
+def test_an_export_that_is_not_text_is_a_finding(workspace):
+    (workspace / "envs/cpu/conda-lock.yml").write_bytes(b"\xff\xfe" * 1000)
+    result = _run("--manifest", str(workspace / "pixi.toml"), "--json")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert [p["code"] for p in json.loads(result.stdout)["problems"]] == ["export-stale"]
+
+
+@pytest.mark.parametrize("case", ["fifo", "missing-fields", "huge-field"])
+def test_a_hostile_record_table_is_one_line(workspace, case):
+    table = workspace / "envs/records/records.tsv"
+    table.unlink()
+    if case == "fifo":
+        os.mkfifo(table)
+    else:
+        table.write_text("subdir\tfile_name\nlinux-64\tx.conda\n" if case == "missing-fields" else "a\n" + "x" * 200_000 + "\n")
+    _assert_one_line_failure(_run("--manifest", str(workspace / "pixi.toml"), timeout=60))
 
 
 def test_a_damaged_recorded_repodata_fails_the_check(workspace):
