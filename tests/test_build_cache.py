@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -150,3 +151,31 @@ def test_failed_build_publishes_nothing(tmp_path):
         cache.get_or_build("f" * 20, {}, broken)
     assert cache.lookup("f" * 20) is None
     assert not [p for p in (tmp_path / "x").iterdir() if p.name.startswith(".tmp-")]
+
+
+def _fake_wheel(work: Path) -> Path:
+    wheel = work / "tiny-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"PK\x05\x06" + bytes(18))
+    return wheel
+
+
+@pytest.mark.parametrize("damage", ["not-json", "deep", "a-list", "no-wheel-name", "wheel-outside", "fifo"])
+def test_a_damaged_entry_is_built_again(tmp_path, damage):
+    """A cache entry whose entry.json is damaged, or names a wheel outside the entry, is a miss, not a traceback:
+    the build publishes a whole new entry over it."""
+    cache = WheelCache(tmp_path, "x")
+    key = "e" * 20
+    cache.get_or_build(key, {}, _fake_wheel)
+    meta = cache.entry_dir(key) / "entry.json"
+    written = json.loads(meta.read_text())
+    meta.unlink()
+    if damage == "fifo":
+        os.mkfifo(meta)
+    else:
+        meta.write_text({"not-json": "{", "deep": "[" * 100_000 + "]" * 100_000, "a-list": "[1]",
+                         "no-wheel-name": json.dumps({**written, "wheel": 7}),
+                         "wheel-outside": json.dumps({**written, "wheel": "../../outside.whl"})}[damage])
+    (tmp_path / "outside.whl").write_bytes(b"x")
+    assert cache.lookup(key) is None
+    again = cache.get_or_build(key, {}, _fake_wheel)
+    assert again.built_here and again.wheel.parent == cache.entry_dir(key)

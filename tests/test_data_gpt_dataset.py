@@ -97,6 +97,34 @@ def test_indices_are_cached_and_reused(tmp_path):
     assert len(list((tmp_path / "cache").glob("*.npy"))) == 18
 
 
+def _truncated(path):
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def _objects(path):
+    with open(path, "wb") as f:
+        np.save(f, np.array([object()]), allow_pickle=True)
+
+
+def _out_of_range(path):
+    with open(path, "wb") as f:
+        np.save(f, np.full(200, 10**9, np.int64))
+
+
+@pytest.mark.parametrize("damage", [_truncated, _objects, _out_of_range, lambda p: (p.unlink(), os.mkfifo(p))],
+                         ids=["truncated", "python-objects", "out-of-range", "fifo"])
+def test_a_damaged_cached_index_is_built_again(tmp_path, damage):
+    """Not a traceback, nor a wait on a FIFO: the cache entry is built again, with the same samples."""
+    prefix = _dataset(tmp_path / "d", [50] * 100)
+    kw = dict(split="1,0,0", seq_length=32, num_samples=(100, 0, 0), cache_dir=tmp_path / "cache")
+    first, _, _ = build_gpt_datasets(prefix, **kw)
+    samples = [first[i].copy() for i in range(len(first))]  # read before the damage: the arrays are memory maps
+    shuffle = next((tmp_path / "cache").glob("*-train-shuffle_index.npy"))
+    damage(shuffle)
+    again, _, _ = build_gpt_datasets(prefix, **kw)
+    assert shuffle.is_file() and all(np.array_equal(samples[i], again[i]) for i in range(len(samples)))
+
+
 def test_seed_changes_order_not_content(tmp_path):
     prefix = _dataset(tmp_path / "d", [40] * 50)
     a, _, _ = build_gpt_datasets(prefix, split="1,0,0", seq_length=16, num_samples=(100, 0, 0), seed=1, cache_dir=tmp_path / "c")
@@ -219,6 +247,22 @@ def test_default_corpus_is_deterministic_and_a_truncated_file_is_built_again(def
     for name in BUILT_FILES:
         assert (copy / name).read_bytes() == first[name], name
     assert IndexedDataset(rebuilt.prefix).num_tokens > 0
+
+
+@pytest.mark.parametrize("manifest", [b"[" * 100_000 + b"]" * 100_000, b"[1]", b"\xff\xfe", "file_bytes", "tokens", None],
+                         ids=["deep", "a-list", "not-utf8", "sizes-a-list", "tokens-a-string", "fifo"])
+def test_a_damaged_default_corpus_manifest_is_a_miss(default_corpus, tmp_path, manifest):
+    """The cache's manifest is read through the bounded reader: damage means build again, never a traceback."""
+    from gptforge.data.default_corpus import _cached, _expected_manifest
+
+    copy = tmp_path / "copy"
+    shutil.copytree(default_corpus.prefix.parent, copy)
+    assert _cached(copy, _expected_manifest(VOCAB)) is not None
+    if isinstance(manifest, str):  # the right keys, one of them of the wrong kind
+        manifest = json.dumps({**json.loads((copy / "manifest.json").read_text()), manifest: ["x"]}).encode()
+    (copy / "manifest.json").unlink()
+    os.mkfifo(copy / "manifest.json") if manifest is None else (copy / "manifest.json").write_bytes(manifest)
+    assert _cached(copy, _expected_manifest(VOCAB)) is None
 
 
 def test_cli_default_corpus_and_inspect(cli, default_corpus):

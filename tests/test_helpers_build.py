@@ -186,11 +186,17 @@ def _damaged_cache(builds, tmp_path, damage: str):
     shutil.copytree(cache, copy)
     module = next(copy.rglob("gptforge_helpers*"))
     data = module.read_bytes()
-    module.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"\x7fELF" + bytes(4000))
+    if damage == "fifo":
+        module.unlink()
+        os.mkfifo(module)
+    elif damage.startswith("entry-"):
+        (module.parent / "entry.json").write_text("[1]" if damage == "entry-a-list" else "[" * 100_000 + "]" * 100_000)
+    else:
+        module.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"\x7fELF" + bytes(4000))
     return copy, module
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "fifo", "entry-a-list", "entry-deep"])
 def test_a_damaged_module_is_no_cache_hit(builds, tmp_path, damage):
     """What `build helpers` and the import path ask before they trust a cached module: are its bytes the build's?"""
     from gptforge.build.helpers import intact_entry

@@ -93,11 +93,18 @@ def test_a_wheel_version_of_a_hundred_thousand_digits():
     assert "is not a wheel file name" in line and len(line) < 1000
 
 
-def test_an_installed_wheel_of_a_hundred_thousand_digits(tmp_path):
+def test_installed_wheels_of_a_hundred_thousand_digits_or_a_hostile_direct_url(tmp_path):
+    """doctor reads the installed extension packages (compat check does not): a version of 100,000 digits, and a
+    direct_url.json that is a list or nested 100,000 deep, are passed over, not a traceback."""
     site = tmp_path / "site"
-    (site / "flash_attn-1.0.dist-info").mkdir(parents=True)
-    (site / "flash_attn-1.0.dist-info" / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flash_attn\nVersion: {'1' * 100_000}\n")
-    proc = run_cli("compat", "check", "--json", env={"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    for name, version, direct_url in (("flash_attn", "1" * 100_000, None), ("deepspeed", "0.16.0", "[1, 2]"),
+                                      ("transformer_engine", "2.1.0", "[" * 100_000 + "]" * 100_000)):
+        info = site / f"{name}-1.0.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        if direct_url:
+            (info / "direct_url.json").write_text(direct_url)
+    proc = run_cli("doctor", "--json", env={"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
     assert "Traceback" not in proc.stderr and proc.returncode in (0, 1), proc.stderr[-2000:]
     json.loads(proc.stdout)
 

@@ -24,14 +24,23 @@ def resume(run, cache, *extra, expect=1):
     return main_one_line(*tiny_train_args(run, cache, "--resume", "train-iters=8", *extra), expect=expect)
 
 
-def test_a_planted_lock_link_is_refused(run, tmp_path, train_data_cache):
+@pytest.mark.parametrize("resumed", [False, True], ids=["new-run", "resume"])
+def test_a_planted_lock_link_is_refused(run, tmp_path, train_data_cache, resumed):
     victim = tmp_path / "victim.txt"
     victim.write_text("keep")
+    if not resumed:
+        run = tmp_path / "new"
+        run.mkdir()
     (run / ".lock").unlink(missing_ok=True)
     (run / ".lock").symlink_to(victim)
-    _, line = resume(run, train_data_cache)
+    if resumed:
+        _, line = resume(run, train_data_cache)
+    else:
+        _, line = main_one_line(*tiny_train_args(run, train_data_cache, "train-iters=4"), expect=1)
     assert ".lock is a symbolic link" in line
     assert victim.read_text() == "keep"
+    if not resumed:
+        assert os.listdir(run) == [".lock"]  # nothing else written into the new run's directory
 
 
 def test_a_planted_checkpoint_link_is_neither_loaded_nor_pruned(run, tmp_path, train_data_cache):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 
 import pytest
@@ -49,6 +50,51 @@ def test_a_file_over_the_cap_is_refused(tmp_path, reader):
     path.write_bytes(b"1" * 1000)
     if reader in (read_json, read_bytes):
         reader(path, max_bytes=1000)
+
+
+@given(cap=st.integers(0, 4096), extra=st.integers(-64, 64), reader=st.sampled_from(READERS))
+@FAST
+def test_a_file_is_read_up_to_the_cap_and_no_further(tmp_path, cap, extra, reader):
+    """Sizes around a generated cap: above it always too-large, at or below it never."""
+    size = max(cap + extra, 0)
+    path = tmp_path / "sized"
+    path.write_bytes(b"1" * size)
+    try:
+        data = reader(path, max_bytes=cap)
+    except FileReadError as err:
+        assert (err.code == "too-large") == (size > cap), (size, cap, err.code)
+    else:
+        assert size <= cap and (reader is not read_bytes or len(data) == size)
+
+
+def _irregular(path, kind: str) -> None:
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(path))
+    else:  # a link: to a device, to a FIFO, to nothing
+        target = {"link-to-device": "/dev/zero", "link-to-fifo": str(path) + ".fifo", "dangling-link": str(path) + ".none"}[kind]
+        if kind == "link-to-fifo":
+            os.mkfifo(target)
+        path.symlink_to(target)
+
+
+@given(kind=st.sampled_from(["fifo", "directory", "socket", "link-to-device", "link-to-fifo", "dangling-link"]),
+       reader=st.sampled_from(READERS))
+@FAST
+def test_irregular_files_are_one_error_at_once(tmp_path, kind, reader):
+    """Whatever is found where a file should be, the reader refuses it without opening it for long (no wait on a
+    FIFO, no read of a device)."""
+    path = tmp_path / f"x{len(os.listdir(tmp_path))}"
+    _irregular(path, kind)
+    done = []
+    worker = threading.Thread(target=lambda: done.append(code_of(reader, path)), daemon=True)
+    worker.start()
+    worker.join(5)
+    assert done and done[0] in ("not-regular", "missing", "unopenable"), (kind, done)
 
 
 @given(levels=st.integers(65, 5000), opener=st.sampled_from(["[", '{"a":']))

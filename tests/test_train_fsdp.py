@@ -138,6 +138,19 @@ def test_checkpoint_index_that_would_run_code_is_refused(tmp_path):
         SafeReader(tmp_path).read_metadata()
 
 
+@pytest.mark.parametrize("make", [lambda p: p.write_bytes(b""), lambda p: p.write_bytes(pickle.dumps({"a": 1})[:-3]),
+                                  lambda p: p.write_bytes(b"garbage"), os.mkfifo, os.mkdir],
+                         ids=["empty", "truncated", "garbage", "fifo", "directory"])
+def test_a_damaged_checkpoint_index_is_one_error(tmp_path, make):
+    """Not a traceback, nor a wait on a FIFO: the index is read as the bounded reader reads."""
+    from gptforge.errors import GptforgeError
+    from gptforge.train.fsdp import SafeReader
+
+    make(tmp_path / ".metadata")
+    with pytest.raises(GptforgeError, match=r"\.metadata"):
+        SafeReader(tmp_path).read_metadata()
+
+
 @pytest.mark.parametrize("flags, named", [(["--fsdp", "--deepspeed", "zero2"], "--fsdp"),
                                           (["--fsdp-unit", "model"], "--fsdp-unit")])
 def test_engine_flags_that_do_not_go_together_are_usage_errors(tmp_path, flags, named):

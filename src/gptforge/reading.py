@@ -107,7 +107,8 @@ def _checked(obj: Any, source, max_depth: int, expect: type | None, fix: str | N
 
 
 def _kind(obj: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+            type(None): "null"}.get(
         type(obj), f"a {type(obj).__name__}")
 
 

@@ -3,14 +3,14 @@ and envs/ offline from the record store, or only the exports, or fill the record
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from gptforge.cli import OneLineParser
-from gptforge.errors import GptforgeError, UsageError
+from gptforge.errors import FileReadError, GptforgeError, UsageError
 from gptforge.lock import exports, manifest, pixilock
 from gptforge.lock.store import Store
+from gptforge.reading import read_json
 
 
 def parser() -> OneLineParser:
@@ -52,11 +52,11 @@ def run_import(args) -> int:
     m = manifest.load(args.manifest)
     store = Store(m.root / "envs" / "records")
     roots = {n for e in m.environments.values() for n in e.conda}
+    try:  # read before the store is written: a bad mapping leaves the store as it was
+        mapping = read_json(args.mapping, expect=dict, fix="give parselmouth's compressed_mapping.json")
+    except FileReadError as err:
+        raise UsageError("--mapping", err.message, err.fix) from None
     kept = records.import_locks(store, args.sources, roots)
-    try:
-        mapping = json.loads(args.mapping.read_text())
-    except (OSError, ValueError) as err:
-        raise UsageError("--mapping", f"cannot read {args.mapping}: {err}")
     records.write_mapping(store, mapping, args.mapping_source)
     print(f"{kept} records written to {store.root}")
     return 0

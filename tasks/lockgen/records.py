@@ -9,11 +9,10 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-import yaml
-
 from gptforge.errors import GptforgeError
 from gptforge.lock.files import write_text
 from gptforge.lock.store import RECORD_FIELDS, SOURCE_FIELDS, SUBDIRS, Source, Store, StoredRecord, _read_tsv
+from gptforge.reading import read_yaml
 
 
 def _tsv(fields: tuple[str, ...], rows: Iterable[dict]) -> str:
@@ -27,19 +26,30 @@ def _tsv(fields: tuple[str, ...], rows: Iterable[dict]) -> str:
 # --- import -----------------------------------------------------------------------------------
 
 
-def _purls_by_url(lock_text: str) -> dict[str, tuple[str, ...]]:
-    doc = yaml.safe_load(lock_text)
-    return {pkg["conda"]: tuple(pkg["purls"]) for pkg in doc.get("packages", [])
-            if "conda" in pkg and "purls" in pkg}
+SOURCE_FIX = "fetch it again, or drop it from PROVENANCE.tsv"
+
+
+def _purls_by_url(path: Path) -> dict[str, tuple[str, ...]]:
+    """The purls of each conda package, read through the bounded reader (a FIFO, a huge or deep file, a YAML
+    tag or alias is one line)."""
+    packages = read_yaml(path, expect=dict, fix=SOURCE_FIX).get("packages", [])
+    if not isinstance(packages, list) or not all(isinstance(pkg, dict) for pkg in packages):
+        raise GptforgeError(f"{path}: its packages are not a list of tables", SOURCE_FIX)
+    return {pkg["conda"]: tuple(pkg["purls"]) for pkg in packages
+            if isinstance(pkg.get("conda"), str) and isinstance(pkg.get("purls"), list)}
 
 
 def read_lock(path: Path, source_id: str) -> dict[str, tuple[dict, StoredRecord]]:
     """Every linux-64/noarch conda-forge record of a public lock: url -> (repodata record, stored row)."""
     from rattler import LockFile
 
-    purls = _purls_by_url(Path(path).read_text())
+    purls = _purls_by_url(Path(path))
     out = {}
-    lock = LockFile.from_path(path)
+    try:
+        lock = LockFile.from_path(path)
+    except Exception as err:  # rattler's parse errors share no base class but Exception
+        raise GptforgeError(f"{path}: not a lock rattler reads ({(str(err).splitlines() or [''])[0][:160]})",
+                            SOURCE_FIX) from None
     for _, env in lock.environments():
         for platform in env.platforms():
             for rec in env.conda_repodata_records_for_platform(platform) or ():
@@ -102,9 +112,13 @@ def write(store: Store, sources: list[Source], records: dict[str, tuple[dict, St
         write_text(store.repodata_path(subdir), text)
 
 
+PROVENANCE_FIELDS = ("blob", "repository", "commit", "path")
+
+
 def import_locks(store: Store, sources_dir: Path, roots: Iterable[str]) -> int:
     """Read PROVENANCE.tsv and its <blob>.lock files from sources_dir; write the store. Returns records kept."""
-    rows = _read_tsv(Path(sources_dir) / "PROVENANCE.tsv")
+    rows = _read_tsv(Path(sources_dir) / "PROVENANCE.tsv", PROVENANCE_FIELDS,
+                     "write one row per lock: " + ", ".join(PROVENANCE_FIELDS))
     sources = [Source(row["blob"], row["repository"], row["commit"], row["path"]) for row in rows]
     locks = [(s.id, read_lock(Path(sources_dir) / f"{s.id}.lock", s.id)) for s in sources]
     merged = merge(locks)

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gptforge.errors import GptforgeError, UsageError
+from gptforge.errors import FileReadError, GptforgeError, UsageError
+from gptforge.reading import read_json
 from gptforge.storage import build_once, cache_dir, publish_dir, write_atomic
 
 KEY_LENGTH = 20
@@ -61,12 +62,15 @@ class WheelCache:
 
     def lookup(self, key: str) -> Entry | None:
         path = self.entry_dir(key)
-        meta_file = path / "entry.json"
-        if not meta_file.is_file():
+        try:
+            meta = read_json(path / "entry.json", expect=dict)
+        except FileReadError:  # absent, or damaged (built again: the new entry replaces it whole)
             return None
-        meta = json.loads(meta_file.read_text())
-        wheel = path / meta["wheel"]
-        return Entry(path, wheel, meta, False) if wheel.is_file() else None
+        name = meta.get("wheel")
+        if not isinstance(name, str) or Path(name).name != name or not name.endswith(".whl"):
+            return None  # a name that leads out of the entry is never installed
+        wheel = path / name
+        return Entry(path, wheel, meta, False) if wheel.is_file() and not wheel.is_symlink() else None
 
     def log_path(self, key: str) -> Path:
         """Where the build of ``key`` logs (kept after a failure; copied into the entry on success)."""

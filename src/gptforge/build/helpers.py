@@ -23,8 +23,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gptforge.errors import GptforgeError
+from gptforge.errors import FileReadError, GptforgeError
 from gptforge.process import split_command
+from gptforge.reading import read_bytes, read_json
 from gptforge.storage import atomic_path, build_once, cache_dir, write_atomic
 
 MODULE_NAME = "gptforge_helpers"
@@ -117,7 +118,7 @@ def _compile(source: Path, target: Path, start: float) -> HelpersBuild:
 
 
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(read_bytes(path)).hexdigest()  # a FIFO planted as the module is refused, not waited on
 
 
 def intact_entry(target: Path) -> dict | None:
@@ -127,9 +128,9 @@ def intact_entry(target: Path) -> dict | None:
     ImportError from deep inside the loader; its sha256, recorded at build time, is checked first.
     """
     try:
-        entry = json.loads((target.parent / "entry.json").read_text())
-        return entry if isinstance(entry, dict) and entry.get("sha256") == _sha256(target) else None
-    except (OSError, ValueError):
+        entry = read_json(target.parent / "entry.json", expect=dict)
+        return entry if entry.get("sha256") == _sha256(target) else None
+    except FileReadError:  # entry.json or the module absent, damaged, deep, or not a regular file
         return None
 
 

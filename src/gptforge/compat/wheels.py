@@ -8,7 +8,6 @@ torch's own wheels in ``+cu121``. A wheel for another torch minor, CUDA major or
 
 from __future__ import annotations
 
-import json
 import re
 import zipfile
 from dataclasses import dataclass, replace
@@ -21,6 +20,8 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from gptforge.core.versions import CudaVersion, VersionError, parse_cuda
+from gptforge.errors import FileReadError
+from gptforge.reading import parse_json
 
 _CUDA = re.compile(r"(?:^|[^a-z])cu(\d{2,3})(?=torch|\.|-|$)")
 _TORCH = re.compile(r"torch(\d+)\.(\d+)")
@@ -121,10 +122,10 @@ def _installed(dist) -> WheelBuild | None:
     direct = dist.read_text("direct_url.json")
     if direct:
         try:
-            url = json.loads(direct).get("url", "")
-        except json.JSONDecodeError:
-            url = ""
-        if url.endswith(".whl"):
+            url = parse_json(direct, "direct_url.json", expect=dict).get("url")
+        except FileReadError:  # damaged, deep or not an object: the version's local tag still tells
+            url = None
+        if isinstance(url, str) and url.endswith(".whl"):
             try:
                 return parse_wheel_name(url.rsplit("/", 1)[-1])
             except VersionError:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from gptforge.errors import GptforgeError, UsageError
+from gptforge.errors import FileReadError, GptforgeError, UsageError
+from gptforge.reading import read_json
 from gptforge.storage import atomic_path, build_once, write_atomic, writing
 
 CORPUS_NAME = "stdlib_docs"
@@ -121,13 +122,14 @@ def _cached(out_dir: Path, expected: dict) -> DataPaths | None:
     if not path.is_file():
         return None
     try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError:
+        manifest = read_json(path, expect=dict)
+    except FileReadError:  # damaged, deep, not UTF-8, not a regular file: built again
         return None
-    if any(manifest.get(k) != v for k, v in expected.items()):
+    sizes = manifest.get("file_bytes")
+    if any(manifest.get(k) != v for k, v in expected.items()) or not isinstance(sizes, dict) \
+            or not isinstance(manifest.get("tokens"), int):
         return None
     paths = DataPaths(out_dir / f"{CORPUS_NAME}_text_document", out_dir / "tokenizer", manifest)
-    sizes = manifest.get("file_bytes", {})
     files = {paths.bin.name: paths.bin, paths.idx.name: paths.idx, "vocab.json": paths.tokenizer_dir / "vocab.json",
              "merges.txt": paths.tokenizer_dir / "merges.txt"}
     if all(path.is_file() and path.stat().st_size == sizes.get(name) for name, path in files.items()):

@@ -145,7 +145,7 @@ class GPTDataset(Sequence):
         names = ("document_index", "sample_index", "shuffle_index")
 
         def cached():
-            return paths["description"] if paths["description"].is_file() else None
+            return self._cached_arrays([paths[n] for n in names]) if paths["description"].is_file() else None
 
         def build():
             arrays = build_indices(self.dataset.sequence_lengths, documents, self.num_samples, self.seq_length,
@@ -154,10 +154,31 @@ class GPTDataset(Sequence):
                 with writing(paths[name]), atomic_path(paths[name]) as tmp:
                     np.save(tmp, array, allow_pickle=False)
             write_atomic(paths["description"], self.description.encode())  # written last: marks a complete entry
-            return paths["description"]
+            return tuple(np.load(paths[n], mmap_mode="r") for n in names)
 
-        build_once(cache_dir / f"{self.cache_key}.lock", cached, build, unwritable=lambda err: write_failed(cache_dir, err))
-        return tuple(np.load(paths[n], mmap_mode="r") for n in names)
+        return build_once(cache_dir / f"{self.cache_key}.lock", cached, build,
+                          unwritable=lambda err: write_failed(cache_dir, err))
+
+    def _cached_arrays(self, paths: list[Path]):
+        """The cached arrays, memory-mapped; None (built again) when one is not a regular file (a FIFO is never
+        opened), is damaged, holds Python objects, or points outside the samples and sequences it indexes."""
+        try:
+            if not all(path.is_file() for path in paths):
+                return None
+            document_index, sample_index, shuffle_index = (np.load(p, mmap_mode="r", allow_pickle=False) for p in paths)
+        except (OSError, ValueError, EOFError):
+            return None
+        arrays = (document_index, sample_index, shuffle_index)
+        if not (all(a.dtype.kind in "iu" and a.size for a in arrays) and document_index.ndim == 1
+                and sample_index.ndim == 2 and sample_index.shape[1] == 2 and shuffle_index.ndim == 1
+                and len(shuffle_index) >= self.num_samples):
+            return None
+        lengths = self.dataset.sequence_lengths
+        fits = (0 <= shuffle_index.min() and shuffle_index.max() < len(sample_index) - 1
+                and 0 <= sample_index.min() and sample_index[:, 0].max() < len(document_index)
+                and sample_index[:, 1].max() < lengths.max()
+                and 0 <= document_index.min() and document_index.max() < len(lengths))
+        return arrays if fits else None
 
     def __len__(self) -> int:
         return self.num_samples

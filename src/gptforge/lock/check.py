@@ -10,10 +10,12 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from gptforge.core.versions import cuda_release
+from gptforge.errors import FileReadError
 from gptforge.lock import exports, lockfile, pixilock, satisfy
 from gptforge.lock.manifest import Environment, Manifest, pyproject
 from gptforge.lock.satisfy import Problem
 from gptforge.lock.store import Store
+from gptforge.reading import read_bytes
 
 CUDA_LIBS = {"cudnn": ("cudnn", "nvidia-cudnn-cu12", "nvidia-cudnn-cu13"),
              "nccl": ("nccl", "nvidia-nccl-cu12", "nvidia-nccl-cu13"),
@@ -85,11 +87,18 @@ def compat_problems(env: Environment, lock: dict) -> list[Problem]:
     return out
 
 
+def _holds(path: Path, data: bytes) -> bool:
+    """PATH is a regular file of exactly DATA (read no further than one byte past it: a huge file is not loaded)."""
+    try:
+        return read_bytes(path, max_bytes=len(data)) == data
+    except FileReadError:
+        return False
+
+
 def export_problems(manifest: Manifest, lock: dict, root: Path) -> list[Problem]:
     out = []
     for rel, text in exports.render_all(manifest, lock).items():
-        path = root / rel
-        if not path.is_file() or path.read_text() != text:
+        if not _holds(root / rel, text.encode()):
             out.append(Problem(rel.split("/")[1], "export-stale", f"{rel} differs from pixi.lock (run: pixi run lock)"))
     exported = {e.name for e in manifest.exported()}
     for extra in sorted(p for p in (root / "envs").glob("*/conda-lock.yml") if p.parent.name not in exported):

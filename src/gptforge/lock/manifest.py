@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,13 +117,25 @@ def load(path: Path) -> Manifest:
     from gptforge.lock.files import read_toml
 
     doc = read_toml(Path(path), "pixi.toml")
+    try:
+        return _manifest(Path(path), doc)
+    except (AttributeError, TypeError, KeyError, ValueError) as err:  # a table where a value belongs, or the reverse
+        raise GptforgeError(f"{path}: a value of the wrong kind ({type(err).__name__}: {str(err)[:120]})",
+                            "write it as pixi's manifest reference does, or restore pixi.toml from git") from None
+
+
+def _manifest(path: Path, doc: dict) -> Manifest:
     workspace = doc.get("workspace") or doc.get("project") or {}
     platforms = _platforms(workspace.get("platforms", []))
     features = doc.get("feature", {})
     envs = {}
     for env_name, entry in doc.get("environments", {}).items():
         entry = {"features": entry} if isinstance(entry, list) else entry
-        parts = ([] if entry.get("no-default-feature") else [doc]) + [features[f] for f in entry["features"]]
+        unknown = next((f for f in entry.get("features", ()) if f not in features), None)
+        if unknown is not None:  # the words of workspace.load, which pixi's rules read
+            raise GptforgeError(f"pixi.toml: environment {env_name} names an unknown feature {unknown!r}",
+                                "declare the feature or drop it from the environment")
+        parts = ([] if entry.get("no-default-feature") else [doc]) + [features[f] for f in entry.get("features", [])]
         env_platforms = [p for part in parts for p in part.get("platforms", [])] or list(platforms)
         if len(env_platforms) != 1:
             raise GptforgeError(f"pixi.toml: environment {env_name} has {len(env_platforms)} platforms",
@@ -132,17 +143,19 @@ def load(path: Path) -> Manifest:
         conda = {k: v for part in parts for k, v in part.get("dependencies", {}).items()}
         pypi = {k: _pypi_spec(k, v) for part in parts for k, v in part.get("pypi-dependencies", {}).items()}
         envs[env_name] = Environment(env_name, platforms[env_platforms[0]], conda, pypi, entry.get("solve-group"),
-                                     tuple(entry["features"]), bool(entry.get("no-default-feature")))
+                                     tuple(entry.get("features", [])), bool(entry.get("no-default-feature")))
     options = doc.get("pypi-options", {})
     indexes = tuple([options.get("index-url", DEFAULT_INDEX)] + options.get("extra-index-urls", []))
-    return Manifest(Path(path), tuple(channel_url(c) for c in workspace.get("channels", [])), platforms, envs,
+    return Manifest(path, tuple(channel_url(c) for c in workspace.get("channels", [])), platforms, envs,
                     indexes, tuple(options.get("no-build-isolation", ())))
 
 
 def pyproject(manifest: Manifest, spec: PypiSpec) -> dict:
+    from gptforge.reading import read_toml
+
     path = manifest.root / spec.path / "pyproject.toml"
-    try:
-        return tomllib.loads(path.read_text())["project"]
-    except (OSError, tomllib.TOMLDecodeError, KeyError) as err:
-        raise GptforgeError(f"{path}: cannot read its [project] table: {err}",
-                            f"fix the path of {spec.name} in pixi.toml or its pyproject.toml")
+    fix = f"fix the path of {spec.name} in pixi.toml or its pyproject.toml"
+    project = read_toml(path, fix=fix).get("project")
+    if not isinstance(project, dict):
+        raise GptforgeError(f"{path}: no [project] table", fix)
+    return project

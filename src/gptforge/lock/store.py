@@ -11,10 +11,12 @@ with rattler, keeps those the manifest's specs can reach, and writes the store.
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 from gptforge.errors import GptforgeError
+from gptforge.reading import read_text
 
 SUBDIRS = ("linux-64", "noarch")
 SOURCE_FIELDS = ("id", "repository", "commit", "path")
@@ -51,12 +53,12 @@ class Store:
         return self.root / self.channel / subdir / "repodata.json"
 
     def sources(self) -> dict[str, Source]:
-        return {row["id"]: Source(**row) for row in _read_tsv(self.root / "sources.tsv")}
+        return {row["id"]: Source(*(row[f] for f in SOURCE_FIELDS)) for row in _read_tsv(self.root / "sources.tsv", SOURCE_FIELDS)}
 
     def records(self) -> dict[str, StoredRecord]:
         """By URL, as the lock names them."""
         out = {}
-        for row in _read_tsv(self.root / "records.tsv"):
+        for row in _read_tsv(self.root / "records.tsv", RECORD_FIELDS):
             purls = None if row["purls"] == "-" else tuple(p for p in row["purls"].split(" ") if p)
             rec = StoredRecord(row["subdir"], row["file_name"], row["sha256"], row["source"], purls)
             out[f"https://conda.anaconda.org/{self.channel}/{rec.subdir}/{rec.file_name}"] = rec
@@ -80,9 +82,14 @@ class Store:
                                     "run tasks/import_records.py, or restore envs/records/ from git")
 
 
-def _read_tsv(path: Path) -> list[dict]:
+def _read_tsv(path: Path, fields: tuple[str, ...], fix: str = "restore envs/records/ from git") -> list[dict]:
+    """The rows of a tab-separated table with a header naming at least FIELDS, each field a string (bounded
+    reader: a FIFO or device is refused, a huge file is not loaded)."""
     try:
-        with open(path, newline="") as fh:
-            return list(csv.DictReader(fh, delimiter="\t"))
-    except OSError as err:
-        raise GptforgeError(f"{path}: cannot read the record store: {err}", "restore envs/records/ from git")
+        rows = list(csv.DictReader(io.StringIO(read_text(path, fix=fix), newline=""), delimiter="\t"))
+    except csv.Error as err:  # a field over csv's size limit
+        raise GptforgeError(f"{path}: not a table ({err})", fix) from None
+    bad = next((n for n, row in enumerate(rows, 1) if not all(isinstance(row.get(f), str) for f in fields)), None)
+    if bad is not None:
+        raise GptforgeError(f"{path} row {bad}: not the {len(fields)} fields {', '.join(fields)}", fix)
+    return rows

@@ -31,6 +31,7 @@ from torch.distributed.tensor import DTensor
 
 from gptforge.core.findings import Finding, Severity
 from gptforge.errors import GptforgeError, UsageError
+from gptforge.reading import read_bytes
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
 from gptforge.train.engine import TorchEngine, compile_blocks
@@ -153,13 +154,19 @@ class MetadataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"Unsupported global: {module}.{name}")
 
 
+METADATA_MAX_BYTES = 1 << 30  # DCP's index grows with tensors x ranks; far below this for any run that fits a node
+
+
 class SafeReader(FileSystemReader):
     def read_metadata(self, *args, **kwargs):
         path = Path(self._get_metadata_path(kwargs.get("rank")))
+        data = read_bytes(path, max_bytes=METADATA_MAX_BYTES, fix=checkpoint.DAMAGED)  # a FIFO, a device: refused
         try:
-            metadata = MetadataUnpickler(io.BytesIO(path.read_bytes())).load()
+            metadata = MetadataUnpickler(io.BytesIO(data)).load()
         except pickle.UnpicklingError as err:
             raise GptforgeError(f"refused to read {path}: {err}", "use a checkpoint you trust, written by gptforge") from None
+        except (EOFError, ValueError, TypeError, AttributeError, IndexError) as err:  # truncated or damaged opcodes
+            raise GptforgeError(f"cannot read {path}: {type(err).__name__}: {str(err)[:120]}", checkpoint.DAMAGED) from None
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = dcp_metadata.StorageMeta()
         metadata.storage_meta.load_id = self.load_id
