@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import time
+import zipfile
 
 import pytest
 import torch
@@ -123,6 +124,20 @@ def test_a_resume_with_another_model_shape_is_told(run, train_data_cache):
     tamper(run, "trainer.pt", lambda state: {**state, "model_shape": {**state["model_shape"], "hidden_size": 64}})
     line = resume(run, train_data_cache, expect=2)
     assert "holds another model shape: hidden_size=64 (config: 32)" in line
+
+
+@pytest.mark.parametrize("name", ["model.pt", "trainer.pt"])
+def test_a_compressed_record_is_refused_before_loading(run, train_data_cache, name):
+    """A record deflated into the zip could unpack past memory; torch.save never compresses one."""
+    ckpt = checkpoint.latest(run / "checkpoints")
+    with zipfile.ZipFile(ckpt / name) as original:
+        records = [(info, original.read(info)) for info in original.infolist()]
+    with zipfile.ZipFile(ckpt / name, "w", compression=zipfile.ZIP_DEFLATED) as packed:
+        for info, data in records:
+            packed.writestr(info.filename, data)
+    checkpoint.write_checksums(ckpt)
+    for line in (resume(run, train_data_cache), sample(run)):
+        assert line.startswith(f"gptforge: error: refused to read {ckpt / name}: its record ") and "is compressed" in line
 
 
 # sizes far out of range: refused before a model is built, naming the key

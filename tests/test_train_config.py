@@ -210,6 +210,23 @@ def test_deepcompile_says_why_it_cannot_run(monkeypatch):
     assert "resume" in deepcompile_unavailable(resuming=True)
 
 
+@pytest.mark.parametrize("arch_list, fixed", [("9.0", None), ("8.0;9.0", None), ("8.0 9.0+PTX", None), ("", None),
+                                              ("9.0a", "9.0"), ("8.0;9.0a", "8.0;9.0"), ("10.0f 12.0", "10.0;12.0")])
+def test_deepcompile_is_off_where_deepspeed_cannot_read_the_arch_list(monkeypatch, arch_list, fixed):
+    import torch
+    from torch.utils import cpp_extension
+
+    from gptforge.train.deepspeed_engine import deepcompile_unavailable
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", "/usr/local/cuda")
+    monkeypatch.setattr(cpp_extension, "is_ninja_available", lambda: True)
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", arch_list)
+    why = deepcompile_unavailable()
+    assert why is None if fixed is None else why.endswith(f"set TORCH_CUDA_ARCH_LIST={fixed} for this run to build its op")
+
+
 @pytest.mark.parametrize("name", packaged_configs())
 def test_short_runs_of_every_packaged_config_are_valid(name):
     """`gptforge train train-iters=10`: the warmup scales with the run instead of outlasting it."""

@@ -23,6 +23,7 @@ import random
 import re
 import shutil
 import stat
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -179,9 +180,24 @@ def resolve(path: Path) -> Path:
     raise GptforgeError(f"no complete checkpoint under {path}", "point at a run directory that saved one (save-interval)")
 
 
+def check_unpacked(path: Path) -> None:
+    """PATH is a zip file whose records are all stored as is, as torch.save writes them: a compressed record of
+    a crafted file could unpack on loading to far more memory than the file's size."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            packed = [i.filename for i in archive.infolist()
+                      if i.compress_type != zipfile.ZIP_STORED or i.file_size != i.compress_size]
+    except (zipfile.BadZipFile, OSError, ValueError) as err:
+        raise GptforgeError(f"cannot read {path}: not a file torch.save writes ({err})", DAMAGED) from None
+    if packed:
+        raise GptforgeError(f"refused to read {path}: its record {packed[0][:120]} is compressed, which torch.save "
+                            "never writes (it could unpack past memory)", "use a checkpoint you trust, written by gptforge")
+
+
 def load_file(path: Path):
     """One checkpoint file, tensors and plain values only: a file that holds anything else (code to
     run on unpickling) or is damaged is a one-line error naming it, never executed."""
+    check_unpacked(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch.load raises whatever its unpickler meets in a damaged file

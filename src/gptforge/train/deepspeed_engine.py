@@ -123,7 +123,20 @@ def deepcompile_unavailable(resuming: bool = False) -> str | None:
         return "no CUDA toolkit found to build its op (put nvcc on PATH or set CUDA_HOME)"
     if not cpp_extension.is_ninja_available():
         return "ninja, which builds its op, is not installed"
-    return None
+    return unreadable_arch_list(os.environ.get("TORCH_CUDA_ARCH_LIST", ""))
+
+
+def unreadable_arch_list(arch_list: str) -> str | None:
+    """Why DeepSpeed's JIT op builder would fail on ARCH_LIST, or None. It reads every dotted part of an entry as
+    an integer (deepspeed/ops/op_builder/builder.py, compute_capability_args), so torch's arch-specific entries
+    such as 9.0a end the first compiled step with a ValueError."""
+    entries = arch_list.replace(" ", ";").split(";")
+    bad = [e for e in entries if e.strip() and not all(p.split("+")[0].isdigit() for p in e.strip().split("."))]
+    if not bad:
+        return None
+    fixed = ";".join(e.strip().split("+")[0].rstrip("abf") for e in entries if e.strip())
+    return (f"TORCH_CUDA_ARCH_LIST={arch_list} has {', '.join(bad)}, which DeepSpeed's op builder cannot read; "
+            f"set TORCH_CUDA_ARCH_LIST={fixed} for this run to build its op")
 
 
 class DeepSpeedEngine:
@@ -214,6 +227,8 @@ class DeepSpeedEngine:
 
     def load(self, ckpt: Path, trainer_state: dict) -> None:
         checkpoint.verify(ckpt)
+        for path in sorted((ckpt / "deepspeed").rglob("*.pt")):
+            checkpoint.check_unpacked(path)
         try:
             with force_weights_only(deepspeed_safe_globals()):
                 path, _ = self.engine.load_checkpoint(str(ckpt), tag="deepspeed", load_optimizer_states=True,
