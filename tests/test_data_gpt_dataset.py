@@ -125,6 +125,32 @@ def test_a_damaged_cached_index_is_built_again(tmp_path, damage):
     assert shuffle.is_file() and all(np.array_equal(samples[i], again[i]) for i in range(len(samples)))
 
 
+def _offset_past_a_short_document(index):
+    index[1, 1] = 199  # documents are 20 or 200 tokens: inside the longest, past a short one
+    return index
+
+
+def _a_sample_one_token_long(index):
+    index[2, 1] += 1 if index[2, 1] + 1 < 20 else -1
+    return index
+
+
+@pytest.mark.parametrize("change", [_offset_past_a_short_document, _a_sample_one_token_long])
+def test_a_crafted_sample_index_within_the_bounds_is_built_again(tmp_path, change):
+    """Offsets are checked against their own document and every sample's length, not the longest document."""
+    prefix = _dataset(tmp_path / "d", [20, 200] * 50)
+    kw = dict(split="1,0,0", seq_length=16, num_samples=(100, 0, 0), cache_dir=tmp_path / "cache")
+    first, _, _ = build_gpt_datasets(prefix, **kw)
+    samples = [first[i].copy() for i in range(len(first))]
+    path = next((tmp_path / "cache").glob("*-train-sample_index.npy"))
+    crafted = change(np.load(path).copy())
+    with open(path, "wb") as f:
+        np.save(f, crafted)
+    again, _, _ = build_gpt_datasets(prefix, **kw)
+    assert all(np.array_equal(samples[i], again[i]) for i in range(len(samples)))
+    assert not np.array_equal(np.load(path), crafted)
+
+
 def test_seed_changes_order_not_content(tmp_path):
     prefix = _dataset(tmp_path / "d", [40] * 50)
     a, _, _ = build_gpt_datasets(prefix, split="1,0,0", seq_length=16, num_samples=(100, 0, 0), seed=1, cache_dir=tmp_path / "c")

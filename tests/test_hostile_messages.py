@@ -4,6 +4,7 @@ errors, long values cut, undo refusals with a way forward, and a --help that tel
 from __future__ import annotations
 
 import json
+import shutil
 import os
 
 import pytest
@@ -62,6 +63,17 @@ def test_bpe_loader_errors_in_our_words(tmp_path, tokenizer_files, damage, words
     assert words in line and "gptforge prepare wrote" in line
     assert not list(tmp_path.glob("o*"))
     assert "Error while" not in line and "invalid at line" not in line  # the library's own text
+
+
+def test_a_merges_file_larger_than_any_vocabulary_is_refused_unread(tmp_path, tokenizer_files):
+    source, corpus = tokenizer_files
+    shutil.copytree(source, tmp_path / "tok")
+    with open(tmp_path / "tok" / "merges.txt", "r+b") as merges:
+        merges.truncate(65 << 20)  # sparse: no disk is used
+    line = main_one_line("prepare", "--input", str(corpus), "--output-prefix", str(tmp_path / "o"), "--tokenizer",
+                         "bytelevel", "--tokenizer-dir", str(tmp_path / "tok"), expect=2)[1]
+    assert "merges.txt is larger than 64 MiB" in line and "gptforge prepare wrote" in line
+    assert not list(tmp_path.glob("o*"))
 
 
 def test_index_errors_say_what_to_do(tmp_path, tokenizer_files):

@@ -174,10 +174,16 @@ class GPTDataset(Sequence):
                 and len(shuffle_index) >= self.num_samples):
             return None
         lengths = self.dataset.sequence_lengths
-        fits = (0 <= shuffle_index.min() and shuffle_index.max() < len(sample_index) - 1
-                and 0 <= sample_index.min() and sample_index[:, 0].max() < len(document_index)
-                and sample_index[:, 1].max() < lengths.max()
-                and 0 <= document_index.min() and document_index.max() < len(lengths))
+        in_range = (0 <= shuffle_index.min() and shuffle_index.max() < len(sample_index) - 1
+                    and 0 <= sample_index.min() and sample_index[:, 0].max() < len(document_index)
+                    and 0 <= document_index.min() and document_index.max() < len(lengths))
+        if not in_range:
+            return None
+        # each sample starts inside its document and ends seq_length tokens after the one before it
+        epoch_lengths = lengths[document_index].astype(np.int64)
+        docs, offsets = sample_index[:, 0], sample_index[:, 1].astype(np.int64)
+        starts = np.concatenate(([0], np.cumsum(epoch_lengths)))[docs] + offsets
+        fits = bool((offsets < epoch_lengths[docs]).all() and (np.diff(starts) == self.seq_length).all())
         return arrays if fits else None
 
     def __len__(self) -> int:

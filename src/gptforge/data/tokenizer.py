@@ -24,7 +24,7 @@ import numpy as np
 from gptforge.core.dataspec import TOKENIZER_KINDS
 from gptforge.errors import FileReadError, GptforgeError, UsageError
 from gptforge.paths import not_a_file
-from gptforge.reading import read_json, read_text
+from gptforge.reading import MAX_BYTES, read_json, read_text
 from gptforge.storage import publish_dir, write_failed, writing
 
 EOD_TOKEN = "<|endoftext|>"
@@ -55,6 +55,9 @@ class Tokenizer:
             problem = not_a_file(path)
             if problem:
                 raise UsageError(flag, f"{path} {problem}", "give the path of an existing file")
+            if os.path.getsize(path) > MAX_BYTES:  # the tokenizer libraries read the whole file into memory
+                raise UsageError(flag, f"{path} is larger than {MAX_BYTES >> 20} MiB, more than any BPE vocabulary needs",
+                                 BPE_FIX)
         self.name, self.backend = name, backend
         self.vocab_file, self.merge_file = Path(vocab_file), Path(merge_file)
         vocab = _read_vocab(self.vocab_file)
