@@ -111,11 +111,10 @@ def examples(count: int) -> int:
 
 
 # The benchmark's bookkeeping: the bench/ scripts' dry runs and the committed results re-pooled. Not the product,
-# so not the default run; CI runs them (`pytest -m bench`). A test module listed here that no longer exists is
-# harmless.
+# so not the default run; CI runs them (`pytest -m bench`).
 BENCH_MODULES = {
     "test_throughput_bench.py", "test_loss_parity.py", "test_parity_pool.py", "test_gpu_clocks.py",
-    "test_nanogpt_train.py", "test_bf16_weights_trace.py", "test_sharded_bench.py",
+    "test_nanogpt_train.py", "test_sharded_bench.py",
 }
 
 

@@ -1,8 +1,8 @@
 """Training configuration: flat TOML presets with Megatron-style keys, plus ``key=value`` overrides.
 
-``TrainConfig``'s annotations give each key's type; keys.toml beside this file gives its default and
-its help line. A file may still group keys under tables ([model], [optim], ...) for reading: every key
-is unique, and an unknown key anywhere is an error. A run saves its resolved config as JSON, which
+``TrainConfig`` holds every key: its type (the annotation), its default and its help line. A file may
+still group keys under tables ([model], [optim], ...) for reading: every key is unique, and an unknown
+key anywhere is an error. A run saves its resolved config as JSON, which
 ``--config`` reads back.
 """
 
@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
@@ -27,7 +26,6 @@ MODEL_KEYS = ("num-layers", "hidden-size", "num-attention-heads")  # a config fi
 SEED_LIMIT = 2**32  # numpy's RandomState (the dataset shuffles) takes seeds in [0, 2**32)
 CONFIG_BYTES = 1 << 20  # a config file is a screenful of keys
 TOKENIZERS = ("default", *TOKENIZER_KINDS)  # default: the embedded corpus, which brings its own
-KEYS = tomllib.loads(Path(__file__).with_name("keys.toml").read_text())
 
 
 def key_name(attr: str) -> str:
@@ -69,64 +67,62 @@ def coerce_path_list(key: str, value, source: str) -> list[str]:
     return out
 
 
-def default_text(key: str) -> str:
-    default = KEYS[key]["default"]
-    return str(default).lower() if isinstance(default, bool) else repr(default) if isinstance(default, (str, list)) else str(default)
+def key_field(default, help: str):
+    """A config key's default and the line `gptforge train --list-keys` prints for it; its type is the annotation."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
 
 
-def _with_keys(cls):
-    """The dataclass of ``cls``: each field's type from its annotation, its default and help line from keys.toml."""
-    for attr, kind in typing.get_type_hints(cls).items():
-        key = key_name(attr)
-        default = check_value(key, KEYS[key]["default"], kind, "keys.toml")
-        where = {"default_factory": lambda d=default: list(d)} if kind is list else {"default": default}
-        setattr(cls, attr, field(**where, metadata={"help": KEYS[key]["help"]}))
-    return dataclass(cls)
-
-
-@_with_keys
+@dataclass
 class TrainConfig:
     # model
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    seq_length: int
-    max_position_embeddings: int
-    dropout: float
+    num_layers: int = key_field(12, "transformer blocks")
+    hidden_size: int = key_field(768, "model width")
+    num_attention_heads: int = key_field(12, "attention heads (must divide hidden-size)")
+    seq_length: int = key_field(1024, "tokens per training sample")
+    max_position_embeddings: int = key_field(1024, "size of the position table (>= seq-length)")
+    dropout: float = key_field(0.0, "dropout probability (0: none)")
     # optimizer and schedule
-    lr: float
-    min_lr: float
-    lr_warmup_iters: int
-    lr_warmup_fraction: float
-    lr_decay_iters: int
-    weight_decay: float
-    adam_beta1: float
-    adam_beta2: float
-    clip_grad: float
+    lr: float = key_field(6e-4, "peak learning rate")
+    min_lr: float = key_field(6e-5, "learning rate at the end of the cosine decay")
+    lr_warmup_iters: int = key_field(0, "linear warmup steps (0: use lr-warmup-fraction)")
+    lr_warmup_fraction: float = key_field(0.0, "warmup as a fraction of the decay steps, used when lr-warmup-iters is 0")
+    lr_decay_iters: int = key_field(0, "cosine decay steps (0: train-iters)")
+    weight_decay: float = key_field(0.1, "AdamW weight decay (not on biases and norms)")
+    adam_beta1: float = key_field(0.9, "AdamW beta1")
+    adam_beta2: float = key_field(0.95, "AdamW beta2")
+    clip_grad: float = key_field(1.0, "gradient-norm clipping (0: none)")
     # batch and length
-    micro_batch_size: int
-    global_batch_size: int
-    train_iters: int
-    seed: int
+    micro_batch_size: int = key_field(8, "samples per forward/backward on one device")
+    global_batch_size: int = key_field(64, "samples per optimizer step (micro x accumulation x data-parallel)")
+    train_iters: int = key_field(1000, "optimizer steps of the run")
+    seed: int = key_field(1234, "random seed (weights, data order, dropout)")
     # evaluation, checkpoints, logs
-    eval_interval: int
-    eval_iters: int
-    save_interval: int
-    keep_last: int
-    log_interval: int
+    eval_interval: int = key_field(100, "steps between validation losses (and one at the end)")
+    eval_iters: int = key_field(10, "global batches per validation loss")
+    save_interval: int = key_field(500, "steps between checkpoints (and one at the end)")
+    keep_last: int = key_field(2, "checkpoints kept")
+    log_interval: int = key_field(10, "steps between log lines")
     # data
-    data_path: list
-    split: str
-    tokenizer_type: str
-    tokenizer_dir: str
-    vocab_file: str
-    merge_file: str
-    default_vocab_size: int
-    data_cache_dir: str
+    data_path: list = key_field([], "Megatron style: PREFIX, or a blend 'W1 P1 W2 P2' (empty: the embedded corpus)")
+    split: str = key_field("949,50,1", "train,valid,test weights")
+    tokenizer_type: str = key_field("default", "tokenizer the data was prepared with: default (embedded corpus), gpt2, "
+                                               "bytelevel")
+    tokenizer_dir: str = key_field("", "directory with vocab.json + merges.txt")
+    vocab_file: str = key_field("", "GPT-2 style vocab.json")
+    merge_file: str = key_field("", "GPT-2 style merges.txt")
+    default_vocab_size: int = key_field(8192, "vocabulary of the byte-level BPE trained on the embedded corpus")
+    data_cache_dir: str = key_field(".gptforge/data", "where the embedded corpus and sample indices are cached")
     # precision and speed
-    precision: str
-    compile: bool
-    accel: str
+    precision: str = key_field("auto", "auto (bf16 on GPUs that have it, else fp16 + loss scaling; fp32 on CPU), bf16, "
+                                       "fp16, fp32")
+    compile: bool = key_field(False, "torch.compile the model")
+    accel: str = key_field("triton", "the speed package's kernels: none (torch ops throughout), triton (the "
+                                     "project's Triton cross-entropy kernel, on CUDA), hopper (triton's and, on an "
+                                     "sm_90 GPU with the hopper environment's packages, cuDNN + FlashAttention 4 "
+                                     "attention, quack's GEMM epilogues, CUDA graphs; the *-hopper configs set it), "
+                                     "te-fp8 (triton's and TransformerEngine's layers in FP8, sm_89+)")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(
@@ -152,6 +148,14 @@ class TrainConfig:
 
 
 KNOWN_KEYS = {key_name(f.name): f for f in fields(TrainConfig)}
+
+
+def default_text(key: str) -> str:
+    f = KNOWN_KEYS[key]
+    default = f.default_factory() if f.default is MISSING else f.default
+    if isinstance(default, bool):
+        return str(default).lower()
+    return repr(default) if isinstance(default, (str, list)) else str(default)
 TYPES = {key_name(attr): kind for attr, kind in typing.get_type_hints(TrainConfig).items()}
 
 
