@@ -62,7 +62,7 @@ def run_variant(name: str, config: str, warmup: int, steps: int, out_dir: Path) 
     seconds = sum(r["step_ms"] for r in timed) / 1e3
     tokens = len(timed) * cfg.global_batch_size * cfg.seq_length
     tok_s = tokens / seconds
-    from gptforge.model import GPT
+    from gptforge.model.gpt import GPT
     from gptforge.train.peaks import lookup, mfu
 
     flops = GPT(cfg.model_config(GPT2_VOCAB)).flops_per_token(cfg.seq_length)
@@ -83,7 +83,7 @@ def run_ceiling(name: str, config: str, warmup: int, steps: int) -> dict:
 
     import torch
 
-    from gptforge.model import GPT
+    from gptforge.model.gpt import GPT
     from gptforge.train.config import load_config
     from gptforge.train.optim import param_groups
     from gptforge.train.peaks import lookup, mfu

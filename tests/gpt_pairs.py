@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gptforge.model import GPT, ModelConfig
+from gptforge.model.config import ModelConfig
+from gptforge.model.gpt import GPT
 
 TINY = ModelConfig(num_layers=2, hidden_size=32, num_attention_heads=4, max_position_embeddings=16, vocab_size=100)
 

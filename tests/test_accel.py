@@ -20,7 +20,7 @@ from gptforge.accel import attention, hopper
 from gptforge.accel.attention import FlashAttention, cudnn_flash4_attention, cudnn_fwd, flash4_bwd
 from gptforge.core.installed import dsl_directory, outside_site_packages
 from gptforge.errors import UsageError
-from gptforge.model import GPT
+from gptforge.model.gpt import GPT
 from gptforge.model.loss import linear_cross_entropy
 from gptforge.probe.machine import Machine
 from gptforge.probe.packages import probe_hopper_kernels
@@ -262,7 +262,7 @@ def test_on_gpu_the_attention_matches_sdpa_in_float32(compiled):
 @on_hopper
 def test_on_gpu_the_epilogue_mlp_matches_the_torch_mlp():
     from gptforge.accel.mlp import EpilogueMLP
-    from gptforge.model import ModelConfig
+    from gptforge.model.config import ModelConfig
 
     cfg = ModelConfig(num_layers=1, hidden_size=256, num_attention_heads=4, max_position_embeddings=128, vocab_size=512)
     torch.manual_seed(0)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gptforge.model import GPT, ModelConfig
+from gptforge.model.config import ModelConfig
+from gptforge.model.gpt import GPT
 
 CFG = ModelConfig(num_layers=2, hidden_size=64, num_attention_heads=4, max_position_embeddings=32, vocab_size=200)
 

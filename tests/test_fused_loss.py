@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from gpt_pairs import ReferenceLoss
-from gptforge.model import GPT, ModelConfig
+from gptforge.model.config import ModelConfig
+from gptforge.model.gpt import GPT
 from gptforge.model.loss import FusedLoss, linear_cross_entropy
 
 CFG = ModelConfig(num_layers=2, hidden_size=64, num_attention_heads=4, max_position_embeddings=32, vocab_size=500)

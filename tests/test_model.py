@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from gptforge.model import GPT, ModelConfig, pad_vocab
+from gptforge.model.config import ModelConfig, pad_vocab
+from gptforge.model.gpt import GPT
 from gptforge.train.config import load_config
 
 

@@ -57,7 +57,8 @@ def test_checkpoint_holds_everything_a_resume_needs(reference):
 
 
 def test_fp16_loss_scale_survives_a_checkpoint(tmp_path):
-    from gptforge.model import GPT, ModelConfig
+    from gptforge.model.config import ModelConfig
+    from gptforge.model.gpt import GPT
     from gptforge.train.config import TrainConfig
     from gptforge.train.engine import TorchEngine
     from gptforge.train.optim import build_optimizer

@@ -38,7 +38,8 @@ def test_te_fp8_trains_like_bf16(tmp_path):
 
 def test_the_swapped_blocks_keep_the_weights_and_their_names():
     from gptforge.accel.te import use_te_fp8
-    from gptforge.model import GPT, ModelConfig
+    from gptforge.model.config import ModelConfig
+    from gptforge.model.gpt import GPT
 
     cfg = ModelConfig(num_layers=2, hidden_size=64, num_attention_heads=4, max_position_embeddings=32, vocab_size=100)
     torch.manual_seed(0)

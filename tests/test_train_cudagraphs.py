@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gptforge.model import GPT, ModelConfig
+from gptforge.model.config import ModelConfig
+from gptforge.model.gpt import GPT
 from gptforge.train.config import load_config
 from gptforge.train.engine import TorchEngine
 from gptforge.train.precision import choose

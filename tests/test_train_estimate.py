@@ -9,7 +9,7 @@ import math
 import torch
 from rich.console import Console
 
-from gptforge.model import GPT
+from gptforge.model.gpt import GPT
 from gptforge.train.config import load_config
 from gptforge.train.estimate import HOPELESS_SECONDS, estimate, flops_per_token, run_flops
 from gptforge.train.progress import RunProgress

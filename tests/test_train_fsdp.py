@@ -45,7 +45,7 @@ def group():
 
 
 def tiny_engine(cfg, device, env, unit):
-    from gptforge.model import GPT
+    from gptforge.model.gpt import GPT
     from gptforge.train import checkpoint, fsdp
     from gptforge.train.optim import build_optimizer
     from gptforge.train.precision import choose
@@ -101,7 +101,8 @@ def test_compiled_blocks_share_one_graph_and_leave_the_engines_hooks_outside_it(
     compile_blocks keeps the hooks out of what it compiles."""
     from torch._dynamo.utils import counters
 
-    from gptforge.model import GPT, ModelConfig
+    from gptforge.model.config import ModelConfig
+    from gptforge.model.gpt import GPT
     from gptforge.train.engine import compile_blocks
 
     torch._dynamo.reset()

@@ -8,7 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gptforge.model import GPT, ModelConfig
+from gptforge.model.config import ModelConfig
+from gptforge.model.gpt import GPT
 from gptforge.train.optim import clipped_step, folds_clipping, param_groups
 
 

@@ -72,7 +72,7 @@ def _sync(device: torch.device) -> None:
 
 def flops_per_token(cfg: TrainConfig, vocab_size: int) -> float:
     """PaLM appendix B: 6N + 12·L·H·Q·T, from a model built on the meta device (no memory)."""
-    from gptforge.model import GPT
+    from gptforge.model.gpt import GPT
 
     with torch.device("meta"):
         model = GPT(cfg.model_config(vocab_size))

@@ -16,7 +16,7 @@ import torch
 from gptforge import accel
 from gptforge.core.findings import Finding, Severity
 from gptforge.errors import GptforgeError, UsageError
-from gptforge.model import GPT
+from gptforge.model.gpt import GPT
 from gptforge.storage import kill_point, write_atomic
 from gptforge.train import checkpoint, data as datamod, distributed, fsdp, rundir, sizes
 from gptforge.train.config import TrainConfig, validate

@@ -7,7 +7,8 @@ from pathlib import Path
 import torch
 
 from gptforge.errors import GptforgeError, UsageError
-from gptforge.model import GPT, ModelConfig
+from gptforge.model.config import ModelConfig
+from gptforge.model.gpt import GPT
 from gptforge.train import checkpoint
 from gptforge.train.sample_options import check_sampling
 from gptforge.train.data import TokenizerSpec
