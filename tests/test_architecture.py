@@ -132,3 +132,12 @@ def test_the_lock_authoring_lives_outside_the_package():
         for writer in ("solve_with_sparse_repodata", "find_uv_bin", "import_locks"):
             assert writer not in source, f"{module} holds {writer}"
     assert (ROOT / "tasks" / "lockgen" / "build.py").is_file()
+
+
+def test_one_training_step_reads_in_ten_files_and_1500_lines():
+    """The files docs/architecture.md lists for one step on the plain path stay as few and as short as promised."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## Reading one training step", 1)[1].split("\n## ", 1)[0]
+    files = sorted(set(re.findall(r"`(\w+/\w+\.py)`", section)))
+    lines = sum(len((SRC / f).read_text(encoding="utf-8").splitlines()) for f in files)
+    assert len(files) <= 10 and lines <= 1500, (len(files), lines, files)
