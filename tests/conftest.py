@@ -25,6 +25,9 @@ from jsonschema import Draft202012Validator
 from gptforge.process import kill_tree
 from gptforge.storage import KILL_ENV
 
+# The maintainers' builders (tasks/lockgen, tasks/compatgen) live outside the package; tests import them.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tasks"))
+
 
 def gptforge_executable() -> list[str]:
     script = Path(sys.executable).parent / "gptforge"

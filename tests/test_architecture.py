@@ -126,12 +126,16 @@ def test_an_import_against_the_table_is_reported(source, module):
 
 
 def test_the_lock_authoring_lives_outside_the_package():
-    """The solver over the record store, uv's resolution and the record import are tasks/lockgen/."""
+    """The solver over the record store, uv's resolution and the record import are tasks/lockgen/; the
+    compatibility tables' builders (PyPI fetches, wheel measuring) are tasks/compatgen/."""
     for module, source, is_package in source_modules():
-        assert not any(name.startswith("lockgen") for _, name in imported_modules(source, module, is_package))
+        imported = [name for _, name in imported_modules(source, module, is_package)]
+        assert not any(name.startswith(("lockgen", "compatgen")) for name in imported)
         for writer in ("solve_with_sparse_repodata", "find_uv_bin", "import_locks"):
             assert writer not in source, f"{module} holds {writer}"
     assert (ROOT / "tasks" / "lockgen" / "build.py").is_file()
+    assert (ROOT / "tasks" / "compatgen" / "refresh.py").is_file()
+    assert not list(SRC.rglob("*refresh*.py"))
 
 
 def test_one_training_step_reads_in_ten_files_and_1500_lines():

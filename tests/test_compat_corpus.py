@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from compat_corpus import judge, reports, score
 
-from gptforge.compat import refresh
+from compatgen import refresh
 
 
 @pytest.mark.parametrize("report", reports(), ids=lambda r: f"{r['url'].split('github.com/')[-1]}:{' '.join(r['args'])}")
@@ -28,7 +28,7 @@ def test_score_is_at_least_90_percent_with_no_false_alarm():
 
 
 def test_python_table_equals_the_refresh_output_of_its_recorded_input():
-    """data/torch_python.toml is what `python -m gptforge.compat.refresh` makes from the recorded PyPI listing."""
+    """data/torch_python.toml is what `python tasks/compat_refresh.py` makes from the recorded PyPI listing."""
     assert refresh.OUTPUT.read_text(encoding="utf-8") == refresh.python_table(refresh.recorded_filenames())
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from packaging.version import Version
 
 from gptforge.compat.elf import NotElf, device_code, glibc_needed, needed_versions
-from gptforge.compat.refresh_torch_wheels import arch_list, measure
+from compatgen.torch_wheels import arch_list, measure
 
 _SHT_STRTAB, _SHT_PROGBITS, _SHT_GNU_VERNEED = 3, 1, 0x6FFFFFFE
 

@@ -12,7 +12,7 @@ from conftest import examples
 from gptforge.compat import Combination, check
 from gptforge.compat.facts import facts, load_table
 from gptforge.compat.host_libs import gcc_glibcxx, manylinux_glibc, parse_glibc, parse_glibcxx
-from gptforge.compat import refresh, refresh_extensions
+from compatgen import extensions, refresh
 from gptforge.compat.wheels import parse_wheel_name
 from gptforge.core.versions import VersionError, parse_cuda
 
@@ -152,9 +152,9 @@ def test_older_torch_builds_are_judged():
 
 
 def test_extension_tables_equal_the_refresh_output_of_their_recorded_inputs():
-    for output, make, source in ((refresh_extensions.FLASH_OUTPUT, refresh_extensions.flash_attn_table,
-                                  refresh_extensions.FLASH_INPUT),
-                                 (refresh_extensions.TE_OUTPUT, refresh_extensions.te_table, refresh_extensions.TE_INPUT)):
+    for output, make, source in ((extensions.FLASH_OUTPUT, extensions.flash_attn_table,
+                                  extensions.FLASH_INPUT),
+                                 (extensions.TE_OUTPUT, extensions.te_table, extensions.TE_INPUT)):
         assert output.read_text(encoding="utf-8") == make(source.read_text(encoding="utf-8"))
     assert refresh.OUTPUT.read_text(encoding="utf-8") == refresh.python_table(refresh.recorded_filenames())
 
@@ -182,7 +182,7 @@ def test_te_python_limits_come_from_requires_python():
     assert errors(transformer_engine="2.4", python="3.13") == {"te-unsupported"}
     assert errors(transformer_engine="2.9.0", python="3.9") == {"te-unsupported"}
     assert errors(transformer_engine="2.9.0", python="3.12") == set()
-    rows = tomllib.loads(refresh_extensions.TE_OUTPUT.read_text(encoding="utf-8"))["release"]
+    rows = tomllib.loads(extensions.TE_OUTPUT.read_text(encoding="utf-8"))["release"]
     assert all(row["source"].startswith("https://pypi.org/project/transformer-engine/") for row in rows)
 
 

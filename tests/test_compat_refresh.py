@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from gptforge.compat import refresh, refresh_torch_wheels
+from compatgen import refresh, torch_wheels
 from gptforge.compat.facts import facts
 from gptforge.core.versions import parse_cuda
 
@@ -136,9 +136,9 @@ def test_pypi_variants_carry_the_cudnn_and_nccl_their_wheels_pin():
 
 
 def test_measured_wheels_table_equals_the_refresh_output_of_its_recorded_input():
-    text = refresh_torch_wheels.INPUT.read_text(encoding="utf-8")
-    assert refresh_torch_wheels.OUTPUT.read_text(encoding="utf-8") == refresh_torch_wheels.table(text)
-    rows = _generated(refresh_torch_wheels.OUTPUT)["wheel"]
+    text = torch_wheels.INPUT.read_text(encoding="utf-8")
+    assert torch_wheels.OUTPUT.read_text(encoding="utf-8") == torch_wheels.table(text)
+    rows = _generated(torch_wheels.OUTPUT)["wheel"]
     assert len(rows) > 50
     assert all(row["source"].startswith("https://files.pythonhosted.org/") and
                row["source"].rsplit("/", 1)[1] == row["wheel"] and row["wheel"].startswith(f"torch-{row['version']}-")
@@ -148,7 +148,7 @@ def test_measured_wheels_table_equals_the_refresh_output_of_its_recorded_input()
 def test_hand_entered_pypi_cuda_is_the_cuda_of_the_measured_wheels():
     """torch.toml's pypi_cuda of a release names the CUDA torch/version.py of each of its PyPI wheels names."""
     compared = 0
-    for row in _generated(refresh_torch_wheels.OUTPUT)["wheel"]:
+    for row in _generated(torch_wheels.OUTPUT)["wheel"]:
         release = facts().torch.get(".".join(row["version"].split(".")[:2]))
         if release is not None and release.pypi_cuda is not None and "cuda" in row:
             compared += 1

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sys
 import tomllib
 import zipfile
 from pathlib import Path
@@ -21,11 +20,10 @@ from gptforge.errors import GptforgeError
 from gptforge.lock import check, manifest, pixilock, store
 from gptforge.lock.pypi import pyproject_requires_dist
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tasks"))
+from lockgen import pypi
+from lockgen.build import build, registry_pins
 
-from lockgen import pypi  # noqa: E402 (the maintainers' lock builder lives outside the package)
-from lockgen.build import build, registry_pins  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _check(root: Path) -> list[check.Problem]:
