@@ -133,3 +133,15 @@ def test_only_the_cpu_environment_is_cached_and_only_main_writes_it():
     comment = " ".join(line.lstrip("# ") for line in text.split("\nname: ci")[0].splitlines())
     for row in job["strategy"]["matrix"]["include"]:   # the comment gives each environment's size
         assert re.search(rf"\b{row['environment']} [\d.]+ GB", comment), row
+
+
+def test_the_cpu_job_installs_what_the_interop_tests_read_as_ci_does():
+    """The Megatron, Triton-interpreter and Nix tests run in the workflow too: the cpu job installs what
+    .ci/run installs (one script for both) before its tests, and points MEGATRON_LM_SRC at it."""
+    steps = CI["jobs"]["environments"]["steps"]
+    names = [s.get("name", "") for s in steps]
+    extras = next(s for s in steps if ".ci/test-extras.sh" in s.get("run", ""))
+    assert extras["if"] == "matrix.environment == 'cpu'"
+    assert steps.index(extras) < names.index("tests")
+    assert "MEGATRON_LM_SRC=$PWD/.ci/megatron-core" in extras["run"] and "nix-bin" in extras["run"]
+    assert "bash .ci/test-extras.sh .venv/bin/pip" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
