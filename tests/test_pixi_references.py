@@ -18,7 +18,7 @@ MANIFEST = tomllib.loads((ROOT / "pixi.toml").read_text(encoding="utf-8"))
 TASKS = set(MANIFEST["tasks"]) | {t for f in MANIFEST["feature"].values() for t in f.get("tasks", {})}
 ENVIRONMENTS = set(MANIFEST["environments"])
 # executables of the environment that `pixi run` also accepts in place of a task
-EXECUTABLES = {"gptforge", "python", "pytest"}
+EXECUTABLES = {"gptforge", "python", "pytest", "uv"}
 # `-e ${{ matrix.environment }}` in a workflow is checked by tests/test_ci_workflow.py
 PIXI_RUN = re.compile(r"pixi run((?:\s+(?:-e|--environment)\s+(?:\$\{\{[^}]*\}\}|\S+))*)\s+([A-Za-z][\w.-]*)")
 
