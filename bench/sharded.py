@@ -44,11 +44,9 @@ VARIANTS = {
     "zero2": {"deepspeed": "zero2"},
     "zero2-syncs": {"deepspeed": "zero2", "ds": SYNCS_BACK},  # DeepSpeed's own throughput timer and overflow check on
     "zero2-eager": {"deepspeed": "zero2", "compile": False},
-    "zero2-nooverlap": {"deepspeed": "zero2", "ds": {"zero_optimization": {"overlap_comm": False}}},
+    "zero2-overlap": {"deepspeed": "zero2", "ds": {"zero_optimization": {"overlap_comm": True}}},
     "zero2-bucket2e8": {"deepspeed": "zero2", "ds": {"zero_optimization": {"reduce_bucket_size": 200_000_000,
                                                                           "allgather_bucket_size": 200_000_000}}},
-    "zero2-nooverlap-bucket2e8": {"deepspeed": "zero2", "ds": {"zero_optimization": {
-        "overlap_comm": False, "reduce_bucket_size": 200_000_000, "allgather_bucket_size": 200_000_000}}},
     "zero2-deepcompile": {"deepspeed": "zero2", "ds": {"compile": {"deepcompile": True}}},
     "zero3": {"deepspeed": "zero3"},
     "zero3-syncs": {"deepspeed": "zero3", "ds": {"timers": SYNCS_BACK["timers"]}},
