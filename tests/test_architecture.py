@@ -138,10 +138,56 @@ def test_the_lock_authoring_lives_outside_the_package():
     assert not list(SRC.rglob("*refresh*.py"))
 
 
-def test_one_training_step_reads_in_ten_files_and_1500_lines():
-    """The files docs/architecture.md lists for one step on the plain path stay as few and as short as promised."""
+def step_files() -> tuple[list[str], list[str]]:
+    """docs/architecture.md's files for one step on the plain path: the numbered ones (what the step computes)
+    and those of the paragraph "Around the step"."""
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     section = text.split("## Reading one training step", 1)[1].split("\n## ", 1)[0]
-    files = sorted(set(re.findall(r"`(\w+/\w+\.py)`", section)))
+    numbered = "\n".join(line for line in section.splitlines() if re.match(r"\d+\. ", line))
+    around = section.split("Around the step", 1)[1]
+    return (sorted(set(re.findall(r"`([\w/]+\.py)`", numbered))),
+            sorted(set(re.findall(r"`([\w/]+\.py)`", around)) - {"test_architecture.py"}))
+
+
+def test_one_training_step_reads_in_ten_files_and_1500_lines():
+    """The files docs/architecture.md lists for one step on the plain path stay as few and as short as promised."""
+    files, _ = step_files()
     lines = sum(len((SRC / f).read_text(encoding="utf-8").splitlines()) for f in files)
     assert len(files) <= 10 and lines <= 1500, (len(files), lines, files)
+
+
+def test_one_cpu_step_reaches_only_the_modules_the_docs_name(tmp_path):
+    """Traced: every gptforge module a plain CPU step executes, from queueing its micro batches to reading its
+    loss, is one docs/architecture.md names for the step or around it."""
+    import sys
+
+    from rich.console import Console
+
+    from gptforge.train.config import load_config
+    from gptforge.train.data import DataSetup, TokenizerSpec
+    from gptforge.train.loop import RunOptions, Trainer
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from train_gpt2_bench import RandomTokens
+
+    cfg, _ = load_config("gpt2-tiny", ["micro-batch-size=2", "global-batch-size=4", "num-layers=1", "seq-length=16"])
+    data = DataSetup(RandomTokens(16, 16, 300, 0), RandomTokens(4, 16, 300, 1), TokenizerSpec("gpt2"), 300, "random")
+    trainer = Trainer(cfg, RunOptions(run_dir=tmp_path / "run", config_name="gpt2-tiny", device="cpu"), data=data,
+                      console=Console(quiet=True))
+    trainer.preflight()
+    trainer.setup()
+    reached = set()
+
+    def trace(frame, event, arg):
+        path = Path(frame.f_code.co_filename)
+        if path.is_relative_to(SRC):
+            reached.add(path.relative_to(SRC).as_posix())
+
+    sys.settrace(trace)
+    try:
+        trainer.train_step()
+    finally:
+        sys.settrace(None)
+    computing, around = step_files()
+    assert {"model/gpt.py", "train/engine.py", "train/optim.py"} <= reached  # the trace saw the step
+    assert reached <= set(computing) | set(around), sorted(reached - set(computing) - set(around))
