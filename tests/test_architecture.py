@@ -191,3 +191,10 @@ def test_one_cpu_step_reaches_only_the_modules_the_docs_name(tmp_path):
     computing, around = step_files()
     assert {"model/gpt.py", "train/engine.py", "train/optim.py"} <= reached  # the trace saw the step
     assert reached <= set(computing) | set(around), sorted(reached - set(computing) - set(around))
+
+
+def test_no_module_is_over_400_lines():
+    """A module over 400 lines holds more than one job; split it where the jobs part."""
+    long = {p.relative_to(SRC).as_posix(): n for p in SRC.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400}
+    assert not long, long
