@@ -47,7 +47,6 @@ for i, (path, symbol, abi) in enumerate(json.loads(sys.stdin.read())):
         continue
     print(json.dumps([i, rc, values]), flush=True)
 """
-ABIS = ("runtime", "major-minor", "property")
 TIMEOUT_S = 60
 
 

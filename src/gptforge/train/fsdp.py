@@ -42,9 +42,6 @@ STATE_DIR = "fsdp"
 warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
 
 
-UNITS = ("block", "model")
-
-
 def shard(model: torch.nn.Module, cfg: TrainConfig, precision: Precision, device: torch.device, world_size: int,
           compile_options: dict, unit: str = "model") -> list[Finding]:
     """Compile (when asked for) and shard MODEL in place; returns the startup notes. Call it before the
