@@ -92,5 +92,18 @@ def read_versions(requests: list[tuple[str, str, str]]) -> list[Reading]:
     return [by_index.get(i, Reading(r[0], None, died[0])) for i, r in enumerate(requests)]
 
 
+@dataclass(frozen=True)
+class Loaded:
+    path: str
+    version: int | None  # e.g. 13000 for 13.0; None when loading or the call failed
+    error: str = ""
+
+
+def load_versions(paths: list[str]) -> list[Loaded]:
+    """cudaRuntimeGetVersion of each libcudart in PATHS: the proof of a repair."""
+    readings = read_versions([(p, "cudaRuntimeGetVersion", "runtime") for p in paths])
+    return [Loaded(r.path, r.raw[0] if r.raw else None, r.error) for r in readings]
+
+
 def _text(data) -> str:
     return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
