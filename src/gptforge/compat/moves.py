@@ -136,6 +136,6 @@ def combine(combo: Combination, findings: list[Finding], facts: Facts,
         pointer += f" (a build with kernels for {' '.join(move.gpus)})"
     out = [replace(f, fix=pointer) if f.severity is Severity.ERROR and f.code in move.resolves else f
            for f in findings]
-    out.append(Finding(CODE, Severity.INFO,
+    out.append(Finding("recommended-move", Severity.INFO,
                        f"one move resolves {', '.join(move.resolves)}: {move.text}", move.how))
     return out
