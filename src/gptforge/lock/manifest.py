@@ -51,9 +51,6 @@ class Environment:
         """What makes the environment: two environments with the same composition solve the same."""
         return self.features, self.no_default_feature, self.solve_group
 
-    def conda_specs(self) -> list[str]:
-        return [f"{name} {_conda_version(spec)}".strip() for name, spec in self.conda.items()]
-
 
 @dataclass(frozen=True)
 class Manifest:
@@ -74,15 +71,6 @@ class Manifest:
         for env in sorted(self.environments.values(), key=lambda e: e.name == "default"):
             first.setdefault(env.composition, env.name)
         return [e for e in self.environments.values() if first[e.composition] == e.name]
-
-
-def _conda_version(spec) -> str:
-    if isinstance(spec, str):
-        return "" if spec == "*" else spec
-    if isinstance(spec, dict) and set(spec) <= {"version"}:
-        return _conda_version(spec.get("version", "*"))
-    raise GptforgeError(f"pixi.toml: conda spec {spec!r} is not supported by the offline builder",
-                        "use a version string, or run `pixi lock` where pixi runs")
 
 
 def _pypi_spec(name: str, spec) -> PypiSpec:
