@@ -380,7 +380,7 @@ def toolkit_dir() -> str:
 
 def toolkit_cudart() -> tuple[str, int]:
     """(path, cudaRuntimeGetVersion) of the toolkit's real libcudart; skips the test without one."""
-    from gptforge.links.verify import load_versions
+    from gptforge.links.libversion import load_versions
 
     cuda = toolkit_dir()
     found = [p for p in glob.glob(os.path.join(cuda, "lib*", "libcudart.so.*")) if not os.path.islink(p)]

@@ -1,4 +1,4 @@
-"""Reading shared objects: the GLIBC_ versions they need (compat/elf.py), and the arch lists the refresh reads
+"""Reading shared objects: the GLIBC_ versions they need (tasks/compatgen/elf.py), and the arch lists the refresh reads
 from the -gencode flags a torch wheel embeds."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from packaging.version import Version
 
-from gptforge.compat.elf import NotElf, device_code, glibc_needed, needed_versions
+from compatgen.elf import NotElf, device_code, glibc_needed, needed_versions
 from compatgen.torch_wheels import arch_list, measure
 
 _SHT_STRTAB, _SHT_PROGBITS, _SHT_GNU_VERNEED = 3, 1, 0x6FFFFFFE

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import examples
-from gptforge.data.tokenizer import Tokenizer, TokenizerError, is_original_gpt2, load_tokenizer, packaged_gpt2_files
+from gptforge.data.tokenizer import Tokenizer, TokenizerError, load_tokenizer, packaged_gpt2_files
 from gptforge.errors import UsageError
 
 
@@ -73,8 +73,8 @@ def ours_hf():
 
 
 def test_packaged_files_are_the_original_gpt2_files():
-    vocab, merges = packaged_gpt2_files()
-    assert is_original_gpt2(vocab, merges)
+    vocab, merges = packaged_gpt2_files()  # raises TokenizerError where a file's sha256 is not the recorded one
+    assert vocab.is_file() and merges.is_file()
 
 
 def test_vocabulary_facts(ours, reference):

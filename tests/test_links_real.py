@@ -13,7 +13,7 @@ import pytest
 
 from conftest import run_cli, snapshot, symlink, toolkit_cudart
 from gptforge.links.elf import read_soname
-from gptforge.links.verify import load_versions
+from gptforge.links.libversion import load_versions
 
 DECOY_WHEEL = "nvidia-cuda-runtime-cu12==12.8.90"
 DECOY_VERSION = (12, 8, 90)

@@ -17,10 +17,10 @@ from packaging.utils import canonicalize_name
 
 from conftest import run_main
 from gptforge.errors import GptforgeError
-from gptforge.lock import check, manifest, pixilock, store
+from gptforge.lock import check, manifest, store
 from gptforge.lock.pypi import pyproject_requires_dist
 
-from lockgen import pypi
+from lockgen import pypi, writer
 from lockgen.build import build, registry_pins
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ def test_every_environment_is_locked_for_its_platform():
 
     m = manifest.load(ROOT / "pixi.toml")
     lock = LockFile.from_path(ROOT / "pixi.lock")
-    names = pixilock.lock_platform_names(m)
+    names = writer.lock_platform_names(m)
     for env in m.environments.values():
         locked = lock.environment(env.name)
         assert locked is not None, env.name

@@ -20,7 +20,6 @@ class Outcome:
     code: int  # -1 when it could not start or timed out
     stdout: str
     stderr: str  # the reason when it could not start or timed out
-    timed_out: bool = False
 
 
 def split_command(text: str, name: str) -> list[str]:
@@ -51,7 +50,7 @@ def run_bounded(args: list[str], timeout: float) -> Outcome:
         except ProcessLookupError:
             pass
         proc.communicate()
-        return Outcome(-1, "", f"timed out after {timeout:g} s (killed)", timed_out=True)
+        return Outcome(-1, "", f"timed out after {timeout:g} s (killed)")
     return Outcome(proc.returncode, out, err)
 
 

@@ -26,6 +26,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections import defaultdict
+from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename

@@ -2,7 +2,7 @@
 downloads one linux x86_64 wheel per version).
 
 For each version, recorded in tasks/compatgen/inputs/pypi-torch-wheel-contents.txt:
-- glibc: the newest GLIBC_ symbol version any of its shared objects needs (compat/elf.py). The manylinux1 tag of
+- glibc: the newest GLIBC_ symbol version any of its shared objects needs (elf.py). The manylinux1 tag of
   the older wheels names glibc 2.5, but the objects were built on newer images and need more;
 - cuda: the CUDA torch/version.py names (the build PyPI serves);
 - gencode: the nvcc -gencode flags torch was built with, as its CUDA library embeds them (the string
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from gptforge.compat.elf import NotElf, device_code, glibc_needed
 from compatgen import DATA, INPUTS, generated_from
+from compatgen.elf import NotElf, device_code, glibc_needed
 
 INPUT = INPUTS / "pypi-torch-wheel-contents.txt"
 OUTPUT = DATA / "torch_pypi_wheels.toml"

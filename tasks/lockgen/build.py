@@ -10,11 +10,11 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from gptforge.errors import GptforgeError
-from gptforge.lock import exports, pixilock
+from gptforge.lock import lockfile
 from gptforge.lock.manifest import Environment, Manifest, PypiSpec, pyproject
 from gptforge.lock.pypi import pyproject_requires_dist
 from gptforge.lock.store import Store
-from lockgen import pypi, solve
+from lockgen import pypi, solve, writer
 from lockgen.records import pypi_names
 
 
@@ -162,7 +162,7 @@ def build(manifest: Manifest, store: Store, *, refresh_pypi: bool = False, upgra
     the PyPI part keeping the locked versions where they still fit (what an added dependency needs moves);
     UPGRADE_PYPI re-resolves it to the newest versions that fit."""
     out_root = Path(out_root or manifest.root)
-    previous = pixilock.read(out_root / "pixi.lock") if (out_root / "pixi.lock").is_file() else None
+    previous = lockfile.read_document(out_root / "pixi.lock") if (out_root / "pixi.lock").is_file() else None
     solved, reports = {}, []
     for env in manifest.environments.values():
         conda = solve.solve(store, env)
@@ -178,7 +178,7 @@ def build(manifest: Manifest, store: Store, *, refresh_pypi: bool = False, upgra
         reports.append(EnvReport(env.name, len(records), len(packages), conda.seconds,
                                  "kept" if kept is not None else "resolved"))
         del conda
-    doc = pixilock.assemble(manifest, solved)
-    pixilock.write(out_root / "pixi.lock", doc)
-    exports.write_all(manifest, pixilock.read(out_root / "pixi.lock"), out_root)
+    doc = writer.assemble(manifest, solved)
+    writer.write(out_root / "pixi.lock", doc)
+    writer.write_exports(manifest, lockfile.read_document(out_root / "pixi.lock"), out_root)
     return reports

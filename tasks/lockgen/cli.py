@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gptforge.cli import OneLineParser
 from gptforge.errors import FileReadError, GptforgeError, UsageError
-from gptforge.lock import exports, manifest, pixilock
+from gptforge.lock import lockfile, manifest
 from gptforge.lock.store import Store
 from gptforge.reading import read_json
 
@@ -33,10 +33,11 @@ def parser() -> OneLineParser:
 
 def run_build(args) -> int:
     from lockgen.build import build
+    from lockgen.writer import write_exports
 
     m = manifest.load(args.manifest)
     if args.exports_only:
-        exports.write_all(m, pixilock.read(m.root / "pixi.lock"), m.root)
+        write_exports(m, lockfile.read_document(m.root / "pixi.lock"), m.root)
         print("wrote envs/*/ from pixi.lock")
         return 0
     store = Store(m.root / "envs" / "records")

@@ -10,9 +10,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from gptforge.errors import GptforgeError
-from gptforge.lock.files import write_text
 from gptforge.lock.store import RECORD_FIELDS, SOURCE_FIELDS, SUBDIRS, Source, Store, StoredRecord, _read_tsv
 from gptforge.reading import read_yaml
+from lockgen.writer import write_text
 
 
 def _tsv(fields: tuple[str, ...], rows: Iterable[dict]) -> str:

@@ -13,7 +13,7 @@ import urllib.parse
 from pathlib import Path
 
 from gptforge.errors import GptforgeError
-from gptforge.lock import exports, pixilock, pypi
+from gptforge.lock import exports, lockfile, pypi
 
 PYPI_FILES = "files.pythonhosted.org"
 
@@ -57,7 +57,7 @@ def sizes(lock: dict) -> dict[str, tuple[int, int, list[str]]]:
 
 if __name__ == "__main__":
     path = Path(sys.argv[1] if len(sys.argv) > 1 else "pixi.lock")
-    for name, (conda_bytes, pypi_bytes, unknown) in sizes(pixilock.read(path)).items():
+    for name, (conda_bytes, pypi_bytes, unknown) in sizes(lockfile.read_document(path)).items():
         line = (f"{name}: {(conda_bytes + pypi_bytes) / 1e9:.2f} GB to download "
                 f"(conda {conda_bytes / 1e9:.2f} GB, PyPI {pypi_bytes / 1e9:.2f} GB)")
         print(line + "".join(f"; size unknown: {u}" for u in unknown))

@@ -17,6 +17,19 @@ class CondaSolution:
     seconds: float
 
 
+def conda_specs(env: Environment) -> list[str]:
+    return [f"{name} {_conda_version(spec)}".strip() for name, spec in env.conda.items()]
+
+
+def _conda_version(spec) -> str:
+    if isinstance(spec, str):
+        return "" if spec == "*" else spec
+    if isinstance(spec, dict) and set(spec) <= {"version"}:
+        return _conda_version(spec.get("version", "*"))
+    raise GptforgeError(f"pixi.toml: conda spec {spec!r} is not supported by the offline builder",
+                        "use a version string, or run `pixi lock` where pixi runs")
+
+
 def virtual_package(text: str):
     """'__glibc=2.28' or '__unix=0=0' as a rattler GenericVirtualPackage."""
     from rattler import BuildString, GenericVirtualPackage, PackageName, Version
@@ -33,7 +46,7 @@ async def _solve(store: Store, env: Environment):
     repodata = [SparseRepoData(channel, subdir, store.repodata_path(subdir)) for subdir in SUBDIRS]
     try:
         return await solve_with_sparse_repodata(
-            specs=[MatchSpec(spec) for spec in env.conda_specs()],
+            specs=[MatchSpec(spec) for spec in conda_specs(env)],
             sparse_repodata=repodata,
             virtual_packages=[virtual_package(v) for v in env.platform.virtual_packages()],
             strategy="highest",

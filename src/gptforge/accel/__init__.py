@@ -40,8 +40,7 @@ def check(choice: str, device: torch.device, precision: str, dropout: float) -> 
         return
     from gptforge.accel.hopper import hopper_blocker, te_blocker
 
-    why = hopper_blocker(device, precision, dropout) if choice == "hopper" else \
-        te_blocker(device) if choice == "te-fp8" else None
+    why = hopper_blocker(device, precision, dropout) if choice == "hopper" else te_blocker(device)
     if why:
         raise UsageError("accel", f"{choice}: {why}", "accel=triton trains with the kernels that need nothing more")
 

@@ -13,7 +13,7 @@ from gptforge import compat
 from gptforge.build.source import apex_pin
 from gptforge.build.toolchain import complete_toolkit_root
 from gptforge.compat.findings import Finding, Severity, unique
-from gptforge.compat.te_import import te_import_failure
+from gptforge.compat.extension_rules import te_import_failure
 from gptforge.probe.machine import Machine
 
 ERROR, WARNING, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO

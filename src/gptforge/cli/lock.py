@@ -32,7 +32,7 @@ def _load(args):
 
 
 def run_check(args) -> int:
-    from gptforge.lock import pixilock
+    from gptforge.lock import lockfile
     from gptforge.lock.check import check
 
     m, st = _load(args)
@@ -41,7 +41,7 @@ def run_check(args) -> int:
     if args.online:
         from gptforge.lock.online import check_online
 
-        online = check_online(m, pixilock.read(m.root / "pixi.lock"))
+        online = check_online(m, lockfile.read_document(m.root / "pixi.lock"))
         problems += online.problems
     if args.json:
         doc = {"ok": not problems, "problems": [p.__dict__ for p in problems]}

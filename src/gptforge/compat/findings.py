@@ -26,6 +26,11 @@ def unique(findings: Iterable[Finding]) -> list[Finding]:
     return list(dict.fromkeys(findings))
 
 
+def in_order(findings: Iterable[Finding]) -> list[Finding]:
+    """Errors first, then warnings, then notes; by code and message within each."""
+    return sorted(findings, key=lambda f: (f.rank, f.code, f.message))
+
+
 def is_ok(findings: list[Finding], strict: bool = False) -> bool:
     """No error (``strict``: no error and no warning)."""
     bad = {Severity.ERROR, Severity.WARNING} if strict else {Severity.ERROR}

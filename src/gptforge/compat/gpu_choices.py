@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gptforge.compat.combination import Combination
-from gptforge.compat.findings import Finding, Severity, unique
+from gptforge.compat.findings import Finding, Severity, in_order, unique
 from gptforge.core.versions import format_cc
 
 _ASK_CC = "give the GPU's compute capability with --cc X.Y (nvidia-smi --query-gpu=name,compute_cap --format=csv)"
@@ -32,4 +32,4 @@ def judge_each_choice(combo: Combination, check: Callable[[Combination], list[Fi
             else:
                 kept.append(replace(f, severity=Severity.WARNING, message=f"if {as_what}: {f.message}",
                                     fix=f"{_ASK_CC}; then: {f.fix}" if f.fix else _ASK_CC))
-    return sorted(unique(kept), key=lambda f: (f.rank, f.code, f.message))
+    return in_order(unique(kept))

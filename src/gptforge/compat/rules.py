@@ -20,7 +20,7 @@ from gptforge.compat.context import Context, build_context
 from gptforge.compat.extension_rules import (rule_apex_contrib, rule_deepspeed, rule_flash_attn, rule_fp8,
                                              rule_te_flash_attn, rule_te_recipe, rule_transformer_engine)
 from gptforge.compat.facts import facts, load_table, release_row
-from gptforge.compat.findings import Finding, Severity, unique
+from gptforge.compat.findings import Finding, Severity, in_order, unique
 from gptforge.compat.gpu_choices import judge_each_choice
 from gptforge.compat.rule_helpers import at_least, env_hint, join_fixes
 from gptforge.core.versions import CudaVersion, DriverVersion, format_cc
@@ -364,7 +364,7 @@ def run_rules(combo: Combination, *, suggest: bool = True) -> list[Finding]:
     found = list(ctx.problems)
     for rule in RULES:
         found.extend(rule(ctx, suggest))
-    return sorted(unique(found), key=lambda f: (f.rank, f.code, f.message))
+    return in_order(unique(found))
 
 
 def check(combo: Combination) -> list[Finding]:
@@ -376,7 +376,7 @@ def check(combo: Combination) -> list[Finding]:
     if combo.gpu_choices:
         return judge_each_choice(combo, check)
     findings = combine(combo, run_rules(combo, suggest=True), facts(), lambda c: run_rules(c, suggest=False))
-    return sorted(findings, key=lambda f: (f.rank, f.code, f.message))
+    return in_order(findings)
 
 
 def recommend(driver: str | DriverVersion | None, ccs: Iterable[CC] = ()) -> project_envs.Recommendation:

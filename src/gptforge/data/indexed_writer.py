@@ -61,9 +61,6 @@ class IndexedDatasetWriter:
         self._sequences = 0
         self._limits = np.iinfo(self.dtype) if self.dtype.kind in "iu" else None
 
-    def add_document(self, tokens: Sequence[int] | np.ndarray) -> None:
-        self.add_documents([tokens])
-
     def add_documents(self, documents: Iterable[Sequence[int] | np.ndarray]) -> None:
         arrays = [_as_int_array(d) for d in documents]
         if not arrays:

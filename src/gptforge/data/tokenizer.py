@@ -248,11 +248,6 @@ def packaged_gpt2_files() -> tuple[Path, Path]:
     return vocab, merges
 
 
-def is_original_gpt2(vocab_file: Path, merge_file: Path) -> bool:
-    facts = _gpt2_facts()
-    return _sha256(vocab_file) == facts["vocab"]["sha256"] and _sha256(merge_file) == facts["merges"]["sha256"]
-
-
 def load_tokenizer(
     kind: str,
     *,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from gptforge.compat.findings import Finding, Severity
-from gptforge.compat.te_import import te_import_failure
+from gptforge.compat.extension_rules import te_import_failure
 from gptforge.core.versions import cuda_release
 from gptforge.probe.machine import CudaHome, Machine
 

@@ -14,10 +14,10 @@ from gptforge.core.versions import CudaVersion
 from gptforge.links.apply import apply_steps, problems_before_change
 from gptforge.links.families import Version
 from gptforge.links.layout import Layout
+from gptforge.links.libversion import Loaded, load_versions
 from gptforge.links.plan import Plan, Step, make_plan
 from gptforge.links.record import UndoRecord
 from gptforge.links.undo import run_undo_steps, undo_steps
-from gptforge.links.verify import Loaded, load_versions
 
 __all__ = ["Result", "fix", "undo", "make_plan", "Layout"]
 

@@ -47,7 +47,6 @@ for i, (path, symbol, abi) in enumerate(json.loads(sys.stdin.read())):
         continue
     print(json.dumps([i, rc, values]), flush=True)
 """
-ABIS = ("runtime", "major-minor", "property")
 TIMEOUT_S = 60
 
 
@@ -91,6 +90,19 @@ def read_versions(requests: list[tuple[str, str, str]]) -> list[Reading]:
             by_index[i] = Reading(path, None, f"{requests[i][1]} returned error {status}")
     died = stderr.strip().splitlines()[-1:] or ["the probe process printed nothing"]
     return [by_index.get(i, Reading(r[0], None, died[0])) for i, r in enumerate(requests)]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    path: str
+    version: int | None  # e.g. 13000 for 13.0; None when loading or the call failed
+    error: str = ""
+
+
+def load_versions(paths: list[str]) -> list[Loaded]:
+    """cudaRuntimeGetVersion of each libcudart in PATHS: the proof of a repair."""
+    readings = read_versions([(p, "cudaRuntimeGetVersion", "runtime") for p in paths])
+    return [Loaded(r.path, r.raw[0] if r.raw else None, r.error) for r in readings]
 
 
 def _text(data) -> str:

@@ -2,10 +2,10 @@
 
     manifest   what pixi.toml asks for, environment by environment
     store      the recorded public conda records (envs/records/) a lock may use
-    pixilock   reading and writing pixi.lock v7
+    lockfile   reading pixi.lock (formats 4 to 7) as pixi's rules see it
     exports    envs/<env>/conda-lock.yml, requirements.txt, environment.yml, virtual-packages.yml
     check      `gptforge lock check`: pixi's satisfiability rules (satisfy*.py, workspace.py,
-               lockfile.py, pypi_metadata.py), the record store and the compatibility engine
+               pypi_metadata.py), the record store and the compatibility engine
     online     every PyPI sha256 against its registry
 
 Writing a lock (the offline solver over the record store) is the maintainers' task: tasks/lockgen/.

@@ -11,7 +11,7 @@ from packaging.utils import canonicalize_name
 
 from gptforge.core.versions import cuda_release
 from gptforge.errors import FileReadError
-from gptforge.lock import exports, lockfile, pixilock, satisfy
+from gptforge.lock import exports, lockfile, satisfy
 from gptforge.lock.manifest import Environment, Manifest, pyproject
 from gptforge.lock.satisfy import Problem
 from gptforge.lock.store import Store
@@ -112,7 +112,7 @@ def check(manifest: Manifest, store: Store, root: Path | None = None) -> list[Pr
     recorded conda records, declared extras, compatible CUDA pieces, and exports equal to the lock."""
     root = Path(root or manifest.root)
     lock_path = root / "pixi.lock"
-    doc = pixilock.read(lock_path)
+    doc = lockfile.read_document(lock_path)
     lock = lockfile.read(lock_path)
     out = []
     if lock.version != 7:

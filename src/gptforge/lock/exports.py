@@ -9,11 +9,9 @@
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import yaml
 
-from gptforge.lock.files import write_text
 from gptforge.lock.manifest import Environment, Manifest
 
 HEADER = "# Generated from pixi.lock by `pixi run lock`; do not edit.\n"
@@ -123,8 +121,3 @@ def render_all(manifest: Manifest, lock: dict) -> dict[str, str]:
         out[f"{base}/environment.yml"] = environment_yml(manifest, env)
         out[f"{base}/virtual-packages.yml"] = virtual_packages_yml(env)
     return out
-
-
-def write_all(manifest: Manifest, lock: dict, root: Path) -> None:
-    for rel, text in render_all(manifest, lock).items():
-        write_text(Path(root) / rel, text)

@@ -133,9 +133,16 @@ def _pypi(entry: dict, version: int, env_indexes: dict | None, path: Path) -> Py
                        None if entry.get("requires_python") is None else str(entry["requires_python"]))
 
 
-def read(path: Path) -> Lock:
+def read_document(path: Path) -> dict:
+    """pixi.lock as the plain YAML mapping it is."""
     doc = read_yaml(Path(path), "pixi.lock")
-    _need(isinstance(doc, dict), path, "not a YAML mapping at the top level")
+    if not isinstance(doc, dict):
+        raise GptforgeError(f"{path}: not a YAML mapping at the top level", "regenerate it: pixi run lock")
+    return doc
+
+
+def read(path: Path) -> Lock:
+    doc = read_document(path)
     version = doc.get("version")
     _need(isinstance(version, int), path, f"no integer version (found {str(version)[:40]!r})")
     if not 4 <= version <= 7:

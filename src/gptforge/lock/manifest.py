@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from gptforge.errors import GptforgeError
-from gptforge.lock.facts import platform_defaults
-
-DEFAULT_INDEX = "https://pypi.org/simple"
+from gptforge.lock.workspace import DEFAULT_INDEX, channel_url, subdir_defaults
 
 
 @dataclass(frozen=True)
@@ -20,7 +18,7 @@ class Platform:
     def virtual_packages(self) -> list[str]:
         """pixi's virtual packages for this platform: __cuda first, then the subdir's defaults."""
         cuda = [f"__cuda={self.cuda}"] if self.cuda else []
-        return cuda + platform_defaults(self.subdir)
+        return cuda + subdir_defaults(self.subdir)
 
 
 @dataclass(frozen=True)
@@ -53,9 +51,6 @@ class Environment:
         """What makes the environment: two environments with the same composition solve the same."""
         return self.features, self.no_default_feature, self.solve_group
 
-    def conda_specs(self) -> list[str]:
-        return [f"{name} {_conda_version(spec)}".strip() for name, spec in self.conda.items()]
-
 
 @dataclass(frozen=True)
 class Manifest:
@@ -64,7 +59,6 @@ class Manifest:
     platforms: dict[str, Platform]
     environments: dict[str, Environment]
     indexes: tuple[str, ...] = (DEFAULT_INDEX,)
-    no_build_isolation: tuple[str, ...] = field(default=())
 
     @property
     def root(self) -> Path:
@@ -77,22 +71,6 @@ class Manifest:
         for env in sorted(self.environments.values(), key=lambda e: e.name == "default"):
             first.setdefault(env.composition, env.name)
         return [e for e in self.environments.values() if first[e.composition] == e.name]
-
-
-def channel_url(channel: str) -> str:
-    """A channel as pixi writes it in the lock: a bare name is a conda.anaconda.org channel."""
-    if "://" in channel:
-        return channel.rstrip("/") + "/"
-    return f"https://conda.anaconda.org/{channel}/"
-
-
-def _conda_version(spec) -> str:
-    if isinstance(spec, str):
-        return "" if spec == "*" else spec
-    if isinstance(spec, dict) and set(spec) <= {"version"}:
-        return _conda_version(spec.get("version", "*"))
-    raise GptforgeError(f"pixi.toml: conda spec {spec!r} is not supported by the offline builder",
-                        "use a version string, or run `pixi lock` where pixi runs")
 
 
 def _pypi_spec(name: str, spec) -> PypiSpec:
@@ -146,8 +124,7 @@ def _manifest(path: Path, doc: dict) -> Manifest:
                                      tuple(entry.get("features", [])), bool(entry.get("no-default-feature")))
     options = doc.get("pypi-options", {})
     indexes = tuple([options.get("index-url", DEFAULT_INDEX)] + options.get("extra-index-urls", []))
-    return Manifest(path, tuple(channel_url(c) for c in workspace.get("channels", [])), platforms, envs,
-                    indexes, tuple(options.get("no-build-isolation", ())))
+    return Manifest(path, tuple(channel_url(c) for c in workspace.get("channels", [])), platforms, envs, indexes)
 
 
 def pyproject(manifest: Manifest, spec: PypiSpec) -> dict:

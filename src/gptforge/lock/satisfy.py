@@ -12,7 +12,7 @@ from pathlib import Path
 from gptforge.lock import lockfile, workspace as ws
 from gptforge.lock.pyplatform import wheel_tags
 from gptforge.lock.satisfy_platform import customised, verify_platform
-from gptforge.lock.workspace import DEFAULT_INDEX, Unsat, vp_parts
+from gptforge.lock.workspace import DEFAULT_INDEX, Unsat, channel_url, vp_parts
 
 # pixi_manifest solve-strategy / channel-priority values -> rattler_lock's names in `options:`
 STRATEGY = {None: "highest", "highest": "highest", "lowest": "lowest-version", "lowest-direct": "lowest-version-direct"}
@@ -28,14 +28,6 @@ class Problem:
     def line(self) -> str:
         where = f"{self.environment} [{self.platform}]" if self.platform else self.environment
         return f"{where}: {self.message} [{self.code}]"
-
-
-def channel_url(channel) -> str:
-    """rattler NamedChannelOrUrl::into_base_url: a name is a conda.anaconda.org channel."""
-    channel = channel.get("channel") if isinstance(channel, dict) else str(channel)
-    if "://" in channel:
-        return channel.rstrip("/") + "/"
-    return f"https://conda.anaconda.org/{channel.strip('/')}/"
 
 
 def expected_indexes(options: dict) -> dict:

@@ -54,6 +54,14 @@ def subdir_defaults(subdir: str) -> list[str]:
     return out
 
 
+def channel_url(channel) -> str:
+    """rattler NamedChannelOrUrl::into_base_url: a name is a conda.anaconda.org channel."""
+    channel = channel.get("channel") if isinstance(channel, dict) else str(channel)
+    if "://" in channel:
+        return channel.rstrip("/") + "/"
+    return f"https://conda.anaconda.org/{channel.strip('/')}/"
+
+
 def vp_parts(text: str) -> tuple[str, str, str]:
     """`__cuda=12.0` -> (name, version, build) as parse_locked_virtual_package splits it."""
     name, _, rest = text.partition("=")
@@ -191,7 +199,6 @@ class Workspace:
     root: Path
     platforms: list[PixiPlatform]
     environments: dict[str, Environment]
-    solve_groups: dict[str, list[str]]
 
     def platform(self, name: str) -> PixiPlatform | None:
         return next((p for p in self.platforms if p.name == name), None)
@@ -240,7 +247,6 @@ def read(path: Path) -> Workspace:
     declared = doc.get("environments") or {}
     if "default" not in declared:
         declared = {"default": [], **declared}
-    groups: dict[str, list[str]] = {}
     for env_name, entry in declared.items():
         entry = {"features": entry} if isinstance(entry, list) else entry
         try:
@@ -252,9 +258,7 @@ def read(path: Path) -> Workspace:
         env = Environment(env_name, env_features, entry.get("solve-group"))
         env.platforms = _environment_platforms(env, platforms)
         envs[env_name] = env
-        if env.solve_group:
-            groups.setdefault(env.solve_group, []).append(env_name)
-    return Workspace(Path(path).parent, platforms, envs, groups)
+    return Workspace(Path(path).parent, platforms, envs)
 
 
 def _migrate_system_requirements(platforms: list[PixiPlatform], features: dict[str, Feature]) -> None:
@@ -276,7 +280,7 @@ def _migrate_system_requirements(platforms: list[PixiPlatform], features: dict[s
         names = []
         for subdir in subdirs:
             declared = [f"{SYSREQ[k]}={v}" for k, v in sysreqs[name].items() if k in SYSREQ]
-            declared = [v for v in declared if v not in subdir_defaults(subdir)] if True else declared
+            declared = [v for v in declared if v not in subdir_defaults(subdir)]
             synth = _synth_name(subdir, declared)
             plat = PixiPlatform(subdir, subdir, tuple(subdir_defaults(subdir))) if synth == subdir \
                 else _platform_with_defaults(synth, subdir, declared)

@@ -73,8 +73,15 @@ class TorchEngine:
 
     def state(self) -> tuple[dict, dict, dict]:
         """(model, optimizer, extra trainer state) to save from rank 0."""
-        extra = {"scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict() if self.scaler else None}
-        return self.raw_model.state_dict(), self.optimizer.state_dict(), extra
+        return self.raw_model.state_dict(), self.optimizer.state_dict(), self.schedule_state()
+
+    def schedule_state(self) -> dict:
+        return {"scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict() if self.scaler else None}
+
+    def load_schedule_state(self, trainer_state: dict) -> None:
+        self.scheduler.load_state_dict(trainer_state["scheduler"])
+        if self.scaler and trainer_state.get("scaler"):
+            self.scaler.load_state_dict(trainer_state["scaler"])
 
     def save_collective(self, tmp: Path) -> None:
         """Nothing: torch state is gathered on every rank already (DDP replicas)."""
@@ -82,9 +89,7 @@ class TorchEngine:
     def load(self, ckpt: Path, trainer_state: dict) -> None:
         self.raw_model.load_state_dict(checkpoint.load_verified(ckpt, "model.pt"))
         self.optimizer.load_state_dict(checkpoint.load_verified(ckpt, "optimizer.pt"))
-        self.scheduler.load_state_dict(trainer_state["scheduler"])
-        if self.scaler and trainer_state.get("scaler"):
-            self.scaler.load_state_dict(trainer_state["scaler"])
+        self.load_schedule_state(trainer_state)
 
 
 def own_grad_buffers(model: torch.nn.Module) -> list[torch.Tensor]:

@@ -42,9 +42,6 @@ STATE_DIR = "fsdp"
 warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
 
 
-UNITS = ("block", "model")
-
-
 def shard(model: torch.nn.Module, cfg: TrainConfig, precision: Precision, device: torch.device, world_size: int,
           compile_options: dict, unit: str = "model") -> list[Finding]:
     """Compile (when asked for) and shard MODEL in place; returns the startup notes. Call it before the
@@ -114,8 +111,7 @@ class FSDPEngine(TorchEngine):
         return norm.detach()
 
     def state(self) -> tuple[dict | None, None, dict]:
-        extra = {"scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict() if self.scaler else None}
-        return self.whole_weights, None, extra
+        return self.whole_weights, None, self.schedule_state()
 
     def save_collective(self, tmp: Path) -> None:
         """Every rank writes its shards into TMP/fsdp; rank 0 also keeps the whole weights for model.pt."""
@@ -132,9 +128,7 @@ class FSDPEngine(TorchEngine):
         state = {"model": model_state, "optimizer": optimizer_state}
         dcp.load(state, storage_reader=SafeReader(ckpt / STATE_DIR))
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-        self.scheduler.load_state_dict(trainer_state["scheduler"])
-        if self.scaler and trainer_state.get("scaler"):
-            self.scaler.load_state_dict(trainer_state["scaler"])
+        self.load_schedule_state(trainer_state)
 
 
 class MetadataUnpickler(pickle.Unpickler):

@@ -1,5 +1,6 @@
-"""pixi.lock v7: assembled as data, then written by rattler's own lock writer (the writer pixi uses),
-so that ordering, field names and defaults are pixi's."""
+"""Writing the lock's files: pixi.lock v7 assembled as data, then written by rattler's own lock writer (the
+writer pixi uses), so that ordering, field names and defaults are pixi's; envs/<env>/ rendered from it. Each file
+is written whole or not at all (a temp name in the same directory, then a rename)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,21 @@ from pathlib import Path
 
 import yaml
 
-from gptforge.lock.files import read_yaml, write_text
+from gptforge.lock import exports
 from gptforge.lock.manifest import Manifest, Platform
+from gptforge.storage import write_atomic
+
+
+def write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, text.encode())
+
+
+def write_exports(manifest: Manifest, lock: dict, root: Path) -> None:
+    for rel, text in exports.render_all(manifest, lock).items():
+        write_text(Path(root) / rel, text)
+
 
 OMIT = ("fn", "url", "channel", "subdir", "name", "version", "build")
 
@@ -80,12 +94,3 @@ def write(path: Path, doc: dict) -> str:
     text = render(doc)
     write_text(path, text)
     return text
-
-
-def read(path: Path) -> dict:
-    doc = read_yaml(Path(path), "pixi.lock")
-    if not isinstance(doc, dict):
-        from gptforge.errors import GptforgeError
-
-        raise GptforgeError(f"{path}: not a YAML mapping at the top level", "regenerate it: pixi run lock")
-    return doc
