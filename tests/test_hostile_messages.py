@@ -137,3 +137,19 @@ def test_an_undo_that_would_lead_outside_offers_a_way_forward(env):  # noqa: F81
 def test_fix_links_help_says_what_a_dry_run_runs():
     text = " ".join(main_one_line("fix-links", "--help", expect=0, stream="stdout")[1].split())
     assert "load nothing" not in text and "bin/nvcc --version" in text and "libcudart" in text
+
+
+@pytest.mark.parametrize("name, fifo", [("deepspeed", "METADATA"), ("some_package", "METADATA"),
+                                        ("flash_attn", "direct_url.json")])
+def test_installed_metadata_that_is_a_fifo_is_passed_over(tmp_path, name, fifo):
+    """A dist-info whose METADATA or direct_url.json is a FIFO (or anything but a regular file) would block
+    doctor's read of the installed packages for ever; it is passed over as not installed."""
+    info = tmp_path / "site" / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / fifo).unlink(missing_ok=True)
+    os.mkfifo(info / fifo)
+    proc = run_cli("doctor", "--json", timeout=120,
+                   env={"PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    assert "Traceback" not in proc.stderr and proc.returncode in (0, 1), proc.stderr[-2000:]
+    json.loads(proc.stdout)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import shlex
 import shutil
@@ -19,6 +18,7 @@ from gptforge.build.runner import run_logged
 from gptforge.build.source import COMMIT_RE, ApexSource, apex_pin, clone, local_source
 from gptforge.build.toolchain import Toolchain
 from gptforge.core.findings import Finding, Severity
+from gptforge.core.installed import installed_version
 from gptforge.build.wheels import cached_wheel
 from gptforge.core.versions import parse_cc
 from gptforge.errors import GptforgeError, UsageError
@@ -86,7 +86,11 @@ class ApexPlan:
 
 
 def pip_version() -> Version:
-    return Version(importlib.metadata.version("pip"))
+    version = installed_version("pip")
+    if version is None:
+        raise GptforgeError("pip is not installed here, or its metadata cannot be read; the apex build runs pip",
+                            "install pip into this environment (python -m ensurepip)")
+    return Version(version)
 
 
 def apex_repo() -> str:

@@ -9,7 +9,6 @@ nvcc/torch minor-version table (compat engine) instead of apex's exact match.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import os
 import re
 import shlex
@@ -27,6 +26,7 @@ from gptforge.build.source import deepspeed_pin
 from gptforge.build.toolchain import Toolchain
 from gptforge.build.wheels import cached_wheel
 from gptforge.core.findings import Finding, Severity
+from gptforge.core.installed import installed_version
 from gptforge.errors import GptforgeError, UsageError
 
 SDIST_VERSION = re.compile(r"deepspeed-(\d+\.\d+\.\d+[\w.]*)\.(?:tar\.gz|zip)$")
@@ -60,13 +60,6 @@ def parse_ops(text: str | None) -> list[str]:
     return sorted(dict.fromkeys(ops))
 
 
-def installed_version() -> str | None:
-    try:
-        return importlib.metadata.version("deepspeed")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 @dataclass(frozen=True)
 class DeepSpeedSource:
     spec: str  # what pip builds: a path (sdist or tree) or "deepspeed==X"
@@ -91,7 +84,7 @@ def resolve_source(src: Path | None, version: str | None) -> DeepSpeedSource:
         from gptforge.build.source import tree_digest
 
         return DeepSpeedSource(str(path), found, f"tree-sha256:{tree_digest(path)}")
-    version = version or installed_version()
+    version = version or installed_version("deepspeed")
     if version is None:
         raise UsageError("--version", "DeepSpeed is not installed here, so there is no version to build its ops for",
                          "run it in an environment with DeepSpeed (the project's GPU environments have it), "

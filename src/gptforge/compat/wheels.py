@@ -19,6 +19,7 @@ from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from gptforge.core.installed import distributions
 from gptforge.core.versions import CudaVersion, VersionError, parse_cuda
 from gptforge.errors import FileReadError
 from gptforge.reading import parse_json
@@ -140,10 +141,8 @@ def _installed(dist) -> WheelBuild | None:
 
 def installed_builds(projects=tuple(PROJECT_FIELDS)) -> tuple[WheelBuild, ...]:
     """The builds of the extension packages installed in this interpreter (importlib.metadata)."""
-    import importlib.metadata
-
     found = []
-    for dist in importlib.metadata.distributions():
+    for dist in distributions():
         name = dist.metadata["Name"]
         if name and canonicalize_name(name) in projects:
             build = _installed(dist)

@@ -1,5 +1,5 @@
-"""Whether a module imports, where the CuTe DSL is installed, and whether it counts as installed code for quack's
-kernel cache.
+"""Whether a module imports, which distributions are installed (read safely), where the CuTe DSL is installed,
+and whether it counts as installed code for quack's kernel cache.
 
 The DSL (nvidia-cutlass-dsl) is what FA4's and quack's kernels are written in; the trainer asks before
 turning quack's GEMMs on, the doctor reports it.
@@ -8,10 +8,44 @@ turning quack's GEMMs on, the doctor reports it.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
+import os
+import stat
 from pathlib import Path
 
+from gptforge.reading import MAX_BYTES
+
 DSL_PACKAGE = "nvidia_cutlass_dsl"
+READ_FILES = ("METADATA", "PKG-INFO", "direct_url.json")  # what gptforge reads of a dist-info or egg-info
+
+
+def readable(dist: importlib.metadata.Distribution) -> bool:
+    """Whether the files gptforge reads of DIST are regular files of a sane size: importlib.metadata reads them
+    whole, so a FIFO named METADATA would block the read for ever and a device would flood it."""
+    folder = getattr(dist, "_path", None)  # PathDistribution's own directory; other finders have none
+    if not isinstance(folder, (str, os.PathLike)):
+        return True
+    for name in READ_FILES:
+        try:
+            info = os.stat(Path(folder) / name)
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_BYTES:
+            return False
+    return True
+
+
+def distributions() -> list[importlib.metadata.Distribution]:
+    """The installed distributions whose metadata is safe to read (``readable``)."""
+    return [dist for dist in importlib.metadata.distributions() if readable(dist)]
+
+
+def installed_version(distribution: str) -> str | None:
+    """DISTRIBUTION's installed version, or None when it is not installed or its metadata is not safe to read."""
+    for dist in importlib.metadata.distributions(name=distribution):  # the one importlib.metadata.version reads
+        return dist.version if readable(dist) else None
+    return None
 
 
 def import_error(module: str) -> str | None:

@@ -8,23 +8,15 @@ start JIT builds; nor are flash-attn-4 and quack-kernels, whose DSL takes second
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import importlib.util
 import os
 
-from gptforge.core.installed import dsl_directory, outside_site_packages
+from gptforge.core.installed import dsl_directory, installed_version, outside_site_packages
 
 APEX_EXTENSIONS = ("fused_layer_norm_cuda", "amp_C", "apex_C")
 TE_DISTRIBUTIONS = ("transformer_engine", "transformer_engine_torch", "transformer_engine_cu12",
                     "transformer_engine_cu13")
 HOPPER_DISTRIBUTIONS = ("flash-attn-4", "quack-kernels", "nvidia-cutlass-dsl")  # accel=hopper
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _try_import(module: str) -> str | None:
@@ -38,7 +30,7 @@ def _try_import(module: str) -> str | None:
 
 def probe_apex() -> dict:
     installed = importlib.util.find_spec("apex") is not None
-    info = {"installed": installed, "version": _version("apex"), "extensions": {}}
+    info = {"installed": installed, "version": installed_version("apex"), "extensions": {}}
     if installed:
         info["extensions"] = {name: {"ok": (err := _try_import(name)) is None, "error": err}
                               for name in APEX_EXTENSIONS}
@@ -46,13 +38,13 @@ def probe_apex() -> dict:
 
 
 def probe_deepspeed() -> dict:
-    version = _version("deepspeed")
+    version = installed_version("deepspeed")
     installed = version is not None or importlib.util.find_spec("deepspeed") is not None
     return {"installed": installed, "version": version}
 
 
 def probe_transformer_engine() -> dict:
-    packages = {name: v for name in TE_DISTRIBUTIONS if (v := _version(name)) is not None}
+    packages = {name: v for name in TE_DISTRIBUTIONS if (v := installed_version(name)) is not None}
     installed = bool(packages) or importlib.util.find_spec("transformer_engine") is not None
     info = {"installed": installed, "version": packages.get("transformer_engine") or next(iter(packages.values()), None),
             "packages": packages, "import_ok": None, "import_error": None, "pip_cudnn_lib": pip_cudnn_lib(),
@@ -78,7 +70,7 @@ def pip_cudnn_lib() -> str | None:
 
 def probe_hopper_kernels() -> dict:
     """flash-attn-4, quack-kernels and the CuTe DSL: versions, and where the DSL lives (nothing imported)."""
-    packages = {name: v for name in HOPPER_DISTRIBUTIONS if (v := _version(name)) is not None}
+    packages = {name: v for name in HOPPER_DISTRIBUTIONS if (v := installed_version(name)) is not None}
     directory = dsl_directory()
     return {"installed": bool(packages), "packages": packages, "dsl_directory": directory,
             "dsl_outside_site_packages": outside_site_packages(directory) is not None}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.metadata
 import importlib.util
 import os
 import pickle
@@ -16,6 +15,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from packaging.version import InvalidVersion, Version
 
 from gptforge.core.findings import Finding, Severity
+from gptforge.core.installed import installed_version
 from gptforge.errors import FileReadError, GptforgeError, UsageError
 from gptforge.reading import read_json
 from gptforge.train import checkpoint
@@ -96,8 +96,8 @@ def read_deepspeed_config(path: str, cfg: TrainConfig, world_size: int) -> dict:
 def check_deepspeed_knows(ds: dict, name: str) -> None:
     """DeepSpeed refuses a key it does not know with a traceback; say which release brought it instead."""
     try:
-        installed = Version(importlib.metadata.version("deepspeed"))
-    except (importlib.metadata.PackageNotFoundError, InvalidVersion):
+        installed = Version(installed_version("deepspeed") or "")
+    except InvalidVersion:  # not installed, or its metadata unreadable
         return
     if "check_grad_overflow" in ds.get("bf16", {}) and installed < Version("0.17.1"):
         raise UsageError("--deepspeed", f"{name} sets bf16.check_grad_overflow, which DeepSpeed has since 0.17.1 "
