@@ -184,16 +184,23 @@ def test_deepspeed_config_is_completed_from_the_run(tmp_path):
         assert read_deepspeed_config(stage, cfg, 1)["gradient_clipping"] == 1.0
 
 
-def test_a_deepspeed_too_old_for_the_packaged_config_is_one_line(monkeypatch):
-    import importlib.metadata
+def installed_deepspeed(site, version: str) -> None:
+    """A DeepSpeed distribution of VERSION as pip installs its metadata, under the directory SITE."""
+    info = site / f"deepspeed-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: deepspeed\nVersion: {version}\n")
 
+
+def test_a_deepspeed_too_old_for_the_packaged_config_is_one_line(monkeypatch, tmp_path):
     from gptforge.train.deepspeed_engine import read_deepspeed_config
 
     cfg, _ = load_config("gpt2-124m")
-    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.17.0")
+    installed_deepspeed(tmp_path / "old", "0.17.0")
+    monkeypatch.syspath_prepend(str(tmp_path / "old"))
     with pytest.raises(UsageError, match="since 0.17.1"):
         read_deepspeed_config("zero2", cfg, world_size=2)
-    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.17.1")
+    installed_deepspeed(tmp_path / "new", "0.17.1")
+    monkeypatch.syspath_prepend(str(tmp_path / "new"))
     assert read_deepspeed_config("zero2", cfg, world_size=2)["bf16"]["check_grad_overflow"] is False
 
 
