@@ -139,17 +139,17 @@ def test_fix_links_help_says_what_a_dry_run_runs():
     assert "load nothing" not in text and "bin/nvcc --version" in text and "libcudart" in text
 
 
-@pytest.mark.parametrize("name, fifo", [("deepspeed", "METADATA"), ("some_package", "METADATA"),
-                                        ("flash_attn", "direct_url.json")])
-def test_installed_metadata_that_is_a_fifo_is_passed_over(tmp_path, name, fifo):
+def test_installed_metadata_that_is_a_fifo_is_passed_over(tmp_path):
     """A dist-info whose METADATA or direct_url.json is a FIFO (or anything but a regular file) would block
     doctor's read of the installed packages for ever; it is passed over as not installed."""
-    info = tmp_path / "site" / f"{name}-1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    (info / fifo).unlink(missing_ok=True)
-    os.mkfifo(info / fifo)
+    site = tmp_path / "site"
+    for name, fifo in (("deepspeed", "METADATA"), ("some_package", "METADATA"), ("flash_attn", "direct_url.json")):
+        info = site / f"{name}-1.0.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        (info / fifo).unlink(missing_ok=True)
+        os.mkfifo(info / fifo)
     proc = run_cli("doctor", "--json", timeout=120,
-                   env={"PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+                   env={"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
     assert "Traceback" not in proc.stderr and proc.returncode in (0, 1), proc.stderr[-2000:]
     json.loads(proc.stdout)
