@@ -161,21 +161,9 @@ def test_one_cpu_step_reaches_only_the_modules_the_docs_name(tmp_path):
     loss, is one docs/architecture.md names for the step or around it."""
     import sys
 
-    from rich.console import Console
+    from test_train_pipeline import trainer as built_trainer
 
-    from gptforge.train.config import load_config
-    from gptforge.train.data import DataSetup, TokenizerSpec
-    from gptforge.train.loop import RunOptions, Trainer
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    from train_gpt2_bench import RandomTokens
-
-    cfg, _ = load_config("gpt2-tiny", ["micro-batch-size=2", "global-batch-size=4", "num-layers=1", "seq-length=16"])
-    data = DataSetup(RandomTokens(16, 16, 300, 0), RandomTokens(4, 16, 300, 1), TokenizerSpec("gpt2"), 300, "random")
-    trainer = Trainer(cfg, RunOptions(run_dir=tmp_path / "run", config_name="gpt2-tiny", device="cpu"), data=data,
-                      console=Console(quiet=True))
-    trainer.preflight()
-    trainer.setup()
+    trainer = built_trainer(tmp_path, "run")
     reached = set()
 
     def trace(frame, event, arg):

@@ -95,9 +95,12 @@ def read_deepspeed_config(path: str, cfg: TrainConfig, world_size: int) -> dict:
 
 def check_deepspeed_knows(ds: dict, name: str) -> None:
     """DeepSpeed refuses a key it does not know with a traceback; say which release brought it instead."""
+    version = installed_version("deepspeed")
     try:
-        installed = Version(installed_version("deepspeed") or "")
-    except InvalidVersion:  # not installed, or its metadata unreadable
+        installed = Version(version) if version else None
+    except InvalidVersion:
+        installed = None
+    if installed is None:  # not installed, its metadata unreadable, or a version packaging cannot read
         return
     if "check_grad_overflow" in ds.get("bf16", {}) and installed < Version("0.17.1"):
         raise UsageError("--deepspeed", f"{name} sets bf16.check_grad_overflow, which DeepSpeed has since 0.17.1 "
