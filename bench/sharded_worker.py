@@ -11,7 +11,9 @@ measurement as JSON, the profiler's tables).
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -45,6 +47,11 @@ def profile_steps(trainer, steps: int, path: Path) -> dict:
               for key in keys]
     gaps = gpu_gaps(prof.events(), steps) if cuda else {}
     path.write_text("\n\n".join(tables) + "\n" + json.dumps(gaps, indent=1) + "\n")
+    trace = path.with_suffix(".trace.json")
+    prof.export_chrome_trace(str(trace))
+    with open(trace, "rb") as raw, gzip.open(f"{trace}.gz", "wb") as packed:
+        shutil.copyfileobj(raw, packed)
+    trace.unlink()
     return gaps
 
 

@@ -4,6 +4,7 @@ merges), a failed run is reported by its first error, and a whole dry run on the
 from __future__ import annotations
 
 import importlib
+import gzip
 import json
 import os
 import subprocess
@@ -65,3 +66,5 @@ def test_dry_run_on_the_cpu(tmp_path):
     profile = (out / "tiny-fsdp.profile.txt").read_text()
     assert "sorted by self_cpu_time_total" in profile and "FSDP::" in profile
     assert not (out / "tiny-ddp.profile.txt").exists()
+    with gzip.open(out / "tiny-fsdp.profile.trace.json.gz") as trace:  # the timeline, for where the host held the device up
+        assert "traceEvents" in json.load(trace)
