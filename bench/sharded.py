@@ -36,7 +36,7 @@ from gptforge.train.deepspeed_engine import deepcompile_unavailable
 ROOT = Path(__file__).resolve().parent.parent
 SYNCS_BACK = {"bf16": {"check_grad_overflow": True}, "timers": {"throughput": {"enabled": True}}}
 # name: engine ("fsdp": the unit; "deepspeed": the packaged config), "ds": changes to that config,
-# "compile": False for eager
+# "compile": False for eager, "host_waits": True for DeepSpeed's optimizer step as released (train/deepspeed_waits.py off)
 VARIANTS = {
     "ddp": {},
     "fsdp": {"fsdp": "model"},
@@ -47,6 +47,7 @@ VARIANTS = {
     "zero2-overlap": {"deepspeed": "zero2", "ds": {"zero_optimization": {"overlap_comm": True}}},
     "zero2-bucket2e8": {"deepspeed": "zero2", "ds": {"zero_optimization": {"reduce_bucket_size": 200_000_000,
                                                                           "allgather_bucket_size": 200_000_000}}},
+    "zero2-waits": {"deepspeed": "zero2", "host_waits": True},  # DeepSpeed's step as released, reading norms on the host
     "zero2-nocontig": {"deepspeed": "zero2", "ds": {"zero_optimization": {"contiguous_gradients": False}}},
     "zero2-allreduce": {"deepspeed": "zero2", "ds": {"zero_optimization": {"reduce_scatter": False}}},
     "zero1": {"deepspeed": "zero1", "ds": {"bf16": {"check_grad_overflow": False}}},
@@ -86,7 +87,7 @@ def worker_spec(name: str, model: str, global_batch: int, args, work: Path, out:
         overrides.insert(0, f"data-cache-dir={args.data_cache_dir}")
     return {"config": f"gpt2-{model}", "overrides": overrides + args.set, "run_dir": str(work / f"{model}-{name}"),
             "deepspeed": str(deepspeed_config(name, work)) if "deepspeed" in variant else None,
-            "fsdp": variant.get("fsdp"), "device": args.device, "warmup": args.warmup,
+            "fsdp": variant.get("fsdp"), "host_waits": variant.get("host_waits", False), "device": args.device, "warmup": args.warmup,
             "steps": args.steps, "profile_steps": args.profile_steps if name in args.profile else 0,
             "result": str(work / f"{model}-{name}.result.json"), "profile": str(out / f"{model}-{name}.profile.txt")}
 

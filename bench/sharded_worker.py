@@ -3,9 +3,9 @@
 before step N's loss is read), with no evaluation and no checkpoint in the timed window.
 
 SPEC (a JSON object, the one argument): config, overrides, run_dir, deepspeed (a JSON path or null), fsdp (the
-unit or null), device (cuda or cpu), warmup and steps (step counts), profile_steps (more steps
-after the timed ones, rank 0 under torch.profiler; 0: none), result and profile (the files rank 0 writes: the
-measurement as JSON, the profiler's tables).
+unit or null), host_waits (true: DeepSpeed's optimizer step as released), device (cuda or cpu), warmup and steps
+(step counts), profile_steps (more steps after the timed ones, rank 0 under torch.profiler; 0: none), result and
+profile (the files rank 0 writes: the measurement as JSON, the profiler's tables).
 """
 
 from __future__ import annotations
@@ -64,6 +64,9 @@ def main() -> int:
     from gptforge.train.config import load_config
     from gptforge.train.loop import RunOptions, Trainer
 
+    if spec.get("host_waits"):  # DeepSpeed's optimizer step as released, for the side-by-side
+        from gptforge.train import deepspeed_engine
+        deepspeed_engine.stop_host_waits = lambda optimizer: False
     cfg, _ = load_config(spec["config"], spec["overrides"])
     opts = RunOptions(run_dir=Path(spec["run_dir"]), config_name=spec["config"], device=spec["device"],
                       deepspeed=spec.get("deepspeed"), fsdp=spec.get("fsdp"))

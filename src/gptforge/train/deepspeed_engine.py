@@ -20,6 +20,7 @@ from gptforge.errors import FileReadError, GptforgeError, UsageError
 from gptforge.reading import read_json
 from gptforge.train import checkpoint
 from gptforge.train.config import TrainConfig
+from gptforge.train.deepspeed_waits import stop_host_waits
 from gptforge.train.optim import build_scheduler, param_groups
 
 EVAL_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
@@ -180,6 +181,7 @@ class DeepSpeedEngine:
             lr_scheduler=lambda opt: build_scheduler(opt, cfg), config=ds_config,
         )
         self.zero_stage = stage
+        stop_host_waits(self.optimizer)
         self.precision_name = "bf16" if ds_config.get("bf16", {}).get("enabled") else "fp16" if ds_config.get("fp16", {}).get("enabled") else "fp32"
         if whole:
             self.engine.compile(compile_kwargs=compile_options)
