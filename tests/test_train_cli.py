@@ -114,3 +114,16 @@ def test_without_torch_one_line_says_how_to_install_it(tmp_path, command):
     proc = run_cli(*command, env={"PYTHONPATH": pythonpath}, cwd=tmp_path)
     one_line_error(proc, 1, "torch is not installed", "envs/cpu/requirements.txt", "pixi run")
     assert not (tmp_path / "runs").exists()
+
+
+def test_every_note_code_the_trainer_can_log_is_in_the_docs_table():
+    """docs/train.md tells `--json` readers to match on a note's code: each code in train/ and accel/ is in its table."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    codes = {code for package in ("train", "accel") for path in (root / "src" / "gptforge" / package).rglob("*.py")
+             for code in re.findall(r'Finding\(\s*"([a-z0-9-]+)"', path.read_text())}
+    doc = (root / "docs" / "train.md").read_text()
+    assert "deepspeed-step" in codes and len(codes) > 20
+    assert sorted(code for code in codes if f"| `{code}` |" not in doc) == []

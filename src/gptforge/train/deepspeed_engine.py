@@ -155,11 +155,11 @@ class DeepSpeedEngine:
 
         deep = bool(ds_config.get("compile", {}).get("deepcompile"))
         stage = ds_config.get("zero_optimization", {}).get("stage", 0)
-        self.fallback_notes = []
+        self.engine_notes = []
         if deep and compile_options is not None and (missing := deepcompile_unavailable(resuming)):
             deep = False
             ds_config = {**ds_config, "compile": {**ds_config["compile"], "deepcompile": False}}
-            self.fallback_notes.append(Finding("deepcompile-unavailable", Severity.WARNING, f"DeepCompile: off, {missing}"))
+            self.engine_notes.append(Finding("deepcompile-unavailable", Severity.WARNING, f"DeepCompile: off, {missing}"))
         # Under DeepCompile the no-grad graph (evaluation) fails on cuDNN attention, whose log-sum-exp output is
         # then undefined; evaluation picks flash or memory-efficient attention, training keeps cuDNN's
         self.eval_attention = (functools.partial(sdpa_kernel, EVAL_ATTENTION) if deep and compile_options is not None
@@ -181,7 +181,9 @@ class DeepSpeedEngine:
             lr_scheduler=lambda opt: build_scheduler(opt, cfg), config=ds_config,
         )
         self.zero_stage = stage
-        stop_host_waits(self.optimizer)
+        if stop_host_waits(self.optimizer):
+            self.engine_notes.append(Finding("deepspeed-step", Severity.INFO, "DeepSpeed's optimizer step: the gradient "
+                                               "norm's mask and the clip on the device, without its host reads"))
         self.precision_name = "bf16" if ds_config.get("bf16", {}).get("enabled") else "fp16" if ds_config.get("fp16", {}).get("enabled") else "fp32"
         if whole:
             self.engine.compile(compile_kwargs=compile_options)
@@ -195,7 +197,7 @@ class DeepSpeedEngine:
         if "optimizer" in self.ds_config:
             optimizer_note = Finding("optimizer", Severity.INFO, "optimizer: DeepSpeed's, from its config")
         return [Finding("deepspeed", Severity.INFO, f"DeepSpeed engine: ZeRO stage {self.zero_stage}, "
-                        f"{self.precision_name} (from the DeepSpeed config)"), *self.fallback_notes, self.compile_note,
+                        f"{self.precision_name} (from the DeepSpeed config)"), *self.engine_notes, self.compile_note,
                 optimizer_note]
 
     def micro_step(self, x, y, is_last: bool) -> torch.Tensor:
