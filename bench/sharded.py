@@ -49,7 +49,6 @@ VARIANTS = {
                                                                           "allgather_bucket_size": 200_000_000}}},
     "zero2-waits": {"deepspeed": "zero2", "host_waits": True},  # DeepSpeed's step as released, reading norms on the host
     "zero2-nocontig": {"deepspeed": "zero2", "ds": {"zero_optimization": {"contiguous_gradients": False}}},
-    "zero2-allreduce": {"deepspeed": "zero2", "ds": {"zero_optimization": {"reduce_scatter": False}}},
     "zero1": {"deepspeed": "zero1", "ds": {"bf16": {"check_grad_overflow": False}}},
     "zero2-deepcompile": {"deepspeed": "zero2", "ds": {"compile": {"deepcompile": True}}},
     "zero3": {"deepspeed": "zero3"},
@@ -87,8 +86,8 @@ def worker_spec(name: str, model: str, global_batch: int, args, work: Path, out:
         overrides.insert(0, f"data-cache-dir={args.data_cache_dir}")
     return {"config": f"gpt2-{model}", "overrides": overrides + args.set, "run_dir": str(work / f"{model}-{name}"),
             "deepspeed": str(deepspeed_config(name, work)) if "deepspeed" in variant else None,
-            "fsdp": variant.get("fsdp"), "host_waits": variant.get("host_waits", False), "device": args.device, "warmup": args.warmup,
-            "steps": args.steps, "profile_steps": args.profile_steps if name in args.profile else 0,
+            "fsdp": variant.get("fsdp"), "host_waits": variant.get("host_waits", False), "device": args.device,
+            "warmup": args.warmup, "steps": args.steps, "profile_steps": args.profile_steps if name in args.profile else 0,
             "result": str(work / f"{model}-{name}.result.json"), "profile": str(out / f"{model}-{name}.profile.txt")}
 
 

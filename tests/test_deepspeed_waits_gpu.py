@@ -9,9 +9,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
-
 import types
+from pathlib import Path
 
 import pytest
 import torch
