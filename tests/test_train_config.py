@@ -215,6 +215,7 @@ def test_deepcompile_says_why_it_cannot_run(monkeypatch):
     monkeypatch.setattr("importlib.util.find_spec", lambda name: (_ for _ in ()).throw(ModuleNotFoundError(name)))
     assert "not installed" in deepcompile_unavailable()
     assert "resume" in deepcompile_unavailable(resuming=True)
+    assert "eval-interval" in deepcompile_unavailable(zero3_evaluates_midrun=True)
 
 
 @pytest.mark.parametrize("arch_list, fixed", [("9.0", None), ("8.0;9.0", None), ("8.0 9.0+PTX", None), ("", None),

@@ -109,11 +109,17 @@ def check_deepspeed_knows(ds: dict, name: str) -> None:
                          "remove the key from the JSON")
 
 
-def deepcompile_unavailable(resuming: bool = False) -> str | None:
+def deepcompile_unavailable(resuming: bool = False, zero3_evaluates_midrun: bool = False) -> str | None:
     """Why DeepCompile cannot run here: its op cannot be loaded or built (DeepSpeed builds it at the first compiled
-    step), or the run resumes from a checkpoint; None where it can."""
-    if resuming:  # its graph passes are scheduled from global step 0 and its reduce buckets are not restored
+    step), the run resumes from a checkpoint, or it evaluates mid-run under ZeRO-3; None where it can.
+    The last two abort the run: DeepCompile's first backward after an evaluation graph compiled later than the
+    training graph fails an assertion in its reduce buckets (DoubleBufferedReduceBucket::swap; a resumed run
+    compiles training first, and ZeRO-3 recompiles training at its step-5 passes; bench/results/sharded.md)."""
+    if resuming:
         return "DeepSpeed's DeepCompile cannot resume from a checkpoint"
+    if zero3_evaluates_midrun:
+        return ("under ZeRO-3 DeepSpeed's DeepCompile aborts at the first step after a mid-run evaluation; "
+                "set eval-interval to at least train-iters to run it")
     if not torch.cuda.is_available():
         return "it needs a CUDA device"
     try:
@@ -156,7 +162,8 @@ class DeepSpeedEngine:
         deep = bool(ds_config.get("compile", {}).get("deepcompile"))
         stage = ds_config.get("zero_optimization", {}).get("stage", 0)
         self.engine_notes = []
-        if deep and compile_options is not None and (missing := deepcompile_unavailable(resuming)):
+        if deep and compile_options is not None and (missing := deepcompile_unavailable(
+                resuming, stage == 3 and cfg.eval_interval < cfg.train_iters)):
             deep = False
             ds_config = {**ds_config, "compile": {**ds_config["compile"], "deepcompile": False}}
             self.engine_notes.append(Finding("deepcompile-unavailable", Severity.WARNING, f"DeepCompile: off, {missing}"))
