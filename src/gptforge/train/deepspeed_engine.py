@@ -177,7 +177,8 @@ class DeepSpeedEngine:
             self.compile_note = Finding(
                 "compile-off-zero3", Severity.WARNING, "torch.compile: off under ZeRO-3 without DeepCompile (its "
                 "hooks on every layer would break each block's graph); \"compile\": {\"deepcompile\": true} in the "
-                "DeepSpeed config compiles it")
+                "DeepSpeed config compiles it in runs that start fresh and evaluate only at the end (eval-interval at "
+                "least train-iters)")
 
         self.raw_model = raw_model
         self.ds_config = ds_config
