@@ -33,7 +33,7 @@ def test_relative_links_lead_to_a_file_and_heading(document):
     for target in relative_links(document):
         name, _, anchor = target.partition("#")
         dest = (document.parent / name).resolve() if name else document
-        if not dest.exists() or ROOT not in dest.parents and dest != ROOT:
+        if not dest.exists() or (ROOT not in dest.parents and dest != ROOT):
             broken.append(target)
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             broken.append(target)

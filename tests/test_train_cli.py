@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 
@@ -118,9 +120,6 @@ def test_without_torch_one_line_says_how_to_install_it(tmp_path, command):
 
 def test_every_note_code_the_trainer_can_log_is_in_the_docs_table():
     """docs/train.md tells `--json` readers to match on a note's code: each code in train/ and accel/ is in its table."""
-    import re
-    from pathlib import Path
-
     root = Path(__file__).resolve().parent.parent
     codes = {code for package in ("train", "accel") for path in (root / "src" / "gptforge" / package).rglob("*.py")
              for code in re.findall(r'Finding\(\s*"([a-z0-9-]+)"', path.read_text())}
